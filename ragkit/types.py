@@ -11,7 +11,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Passage", "Query", "Hit", "RankedList", "as_passages", "as_query"]
+__all__ = ["Passage", "Query", "Hit", "RankedList", "QARecord", "as_passages", "as_query"]
 
 
 @dataclass(frozen=True)
@@ -174,6 +174,45 @@ class RankedList:
             f"{query_id} Q0 {h.passage.id} {h.rank + 1} {h.score:.6f} {run_name}"
             for h in self.hits
         ]
+
+
+@dataclass(frozen=True)
+class QARecord:
+    """One evaluation or training example, whatever the dataset.
+
+    Parameters
+    ----------
+    id
+        Question id from the dataset.
+    question
+        The question text.
+    answers
+        Reference answers (aliases); may be empty (MS MARCO "No Answer Present.").
+    passages
+        Candidate passages in the dataset's given order (HotpotQA's 10 paragraphs, MS MARCO's
+        Bing passages, NQ-open's contexts).
+    gold_ids
+        Ids of the passages that support the answer.
+    metadata
+        Dataset-specific extras (question type, paraphrases, ...). Not hashed.
+    """
+
+    id: str
+    question: str
+    answers: tuple[str, ...] = ()
+    passages: tuple[Passage, ...] = ()
+    gold_ids: tuple[str, ...] = ()
+    metadata: Mapping[str, Any] = field(default_factory=dict, hash=False, compare=False)
+
+    def __post_init__(self) -> None:
+        for name in ("answers", "passages", "gold_ids"):
+            v = getattr(self, name)
+            if not isinstance(v, tuple):
+                object.__setattr__(self, name, tuple(v))
+
+    @property
+    def query(self) -> Query:
+        return Query(text=self.question, id=self.id, answers=self.answers)
 
 
 def as_passages(items: Iterable[Passage | str | Mapping[str, Any]]) -> list[Passage]:
