@@ -1,0 +1,491 @@
+"""Distillation labels: Mixture-of-Intervention utilities on training questions, as JSONL.
+
+MoI (Lee et al., "Inference Scaling for Bridging Retrieval and Augmented Generation", NAACL
+Findings 2025, arXiv 2412.10684) runs the generator on ``M`` orderings of a question's ``k``
+passages and fits per-passage utilities ``u`` from the observation model
+
+.. math::
+
+    E[o(\\pi)] = b + \\sum_j a_j \\, u_{\\pi(j)},
+
+where ``a`` is the generator's position-bias profile. With the ``gold`` outcome
+(``o(π)`` = mean log-prob of the reference answer under ordering ``π``, teacher-forced) and the
+``cyclic`` design (the ``k`` rotations of the given order) the utilities are an oracle ranking
+signal. :func:`generate_labels` stores them, one JSON object a line, so that a cheap one-pass
+reranker can be trained on them (:mod:`ragkit.training.distill`).
+
+A line of a label file (format ``ragkit-distill-labels/1``)::
+
+    {"format": "ragkit-distill-labels/1", "qid": "5a8b57f2...", "question": "...",
+     "passage_ids": ["A", "B", ...], "titles": ["A", "B", ...], "texts": ["...", ...],
+     "u": [0.31, -0.12, ...],            # one utility per passage, aligned with passage_ids
+     "ranking": ["A", "C", ...],         # passage ids by decreasing u (ties: given order)
+     "answers": ["..."], "gold_ids": ["A", "C"], "source": "hotpotqa", "generator": "...",
+     "design": "cyclic", "outcome": "gold", "generator_calls": 10}
+
+Label generation is resumable: question ids already in the file are skipped and new labels are
+appended (fsync'd) after each batch of questions, so a killed run loses at most one batch.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ragkit.io import append_jsonl, atomic_write_text, progress
+from ragkit.types import Passage, QARecord
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ragkit.generation import Generator
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "LABEL_FORMAT",
+    "LabelRecord",
+    "LabelStats",
+    "generate_labels",
+    "read_labels",
+    "write_labels",
+    "labels_from_results",
+]
+
+LABEL_FORMAT = "ragkit-distill-labels/1"
+_REQUIRED = ("qid", "question", "passage_ids", "texts", "u")
+
+
+@dataclass(frozen=True)
+class LabelRecord:
+    """MoI utilities of one training question's passages.
+
+    Parameters
+    ----------
+    qid
+        Question id (unique inside a label file).
+    question
+        Question text.
+    passage_ids, titles, texts
+        The candidate passages in the given (retriever) order.
+    u
+        One utility per passage (aligned with ``passage_ids``); larger is more useful.
+    ranking
+        Passage ids by decreasing ``u``, ties broken by the given order. Derived from ``u``
+        when omitted.
+    answers
+        Reference answers the ``gold`` outcome scored.
+    gold_ids
+        Gold (supporting) passage ids when the dataset has them (for evaluation only).
+    source, generator, design, outcome
+        Provenance: dataset name, generator name, MoI design and outcome.
+    generator_calls
+        Generator forward sequences MoI spent on this question.
+    """
+
+    qid: str
+    question: str
+    passage_ids: tuple[str, ...]
+    texts: tuple[str, ...]
+    u: tuple[float, ...]
+    titles: tuple[str, ...] = ()
+    ranking: tuple[str, ...] = ()
+    answers: tuple[str, ...] = ()
+    gold_ids: tuple[str, ...] = ()
+    source: str = ""
+    generator: str = ""
+    design: str = "cyclic"
+    outcome: str = "gold"
+    generator_calls: int = 0
+    metadata: Mapping[str, Any] = field(default_factory=dict, hash=False, compare=False)
+
+    def __post_init__(self) -> None:
+        for name in ("passage_ids", "texts", "u", "titles", "ranking", "answers", "gold_ids"):
+            v = getattr(self, name)
+            if not isinstance(v, tuple):
+                object.__setattr__(self, name, tuple(v))
+        object.__setattr__(self, "u", tuple(float(x) for x in self.u))
+        if not self.titles:
+            object.__setattr__(self, "titles", ("",) * len(self.passage_ids))
+        if not self.ranking:
+            object.__setattr__(self, "ranking", ranking_from_utilities(self.passage_ids, self.u))
+        self._validate()
+
+    # ------------------------------------------------------------------ validation
+    def _validate(self) -> None:
+        n = len(self.passage_ids)
+        if not str(self.qid):
+            raise ValueError("label record has an empty 'qid'; give every question an id")
+        if not self.question.strip():
+            raise ValueError(f"label record {self.qid!r} has an empty 'question'")
+        if n < 2:
+            raise ValueError(
+                f"label record {self.qid!r} has {n} passage(s); a ranking label needs at least 2"
+            )
+        for name in ("texts", "u", "titles"):
+            if len(getattr(self, name)) != n:
+                raise ValueError(
+                    f"label record {self.qid!r}: {len(getattr(self, name))} {name} but {n} "
+                    f"passage_ids; every per-passage list must have one entry per passage"
+                )
+        if len(set(self.passage_ids)) != n:
+            raise ValueError(f"label record {self.qid!r} has duplicate passage ids; make ids unique")
+        if not all(math.isfinite(x) for x in self.u):
+            raise ValueError(
+                f"label record {self.qid!r} has a non-finite utility in 'u' ({list(self.u)}); "
+                "regenerate that question's labels"
+            )
+        if sorted(self.ranking) != sorted(self.passage_ids):
+            raise ValueError(
+                f"label record {self.qid!r}: 'ranking' is not a permutation of 'passage_ids'; "
+                "drop 'ranking' to have it derived from 'u'"
+            )
+
+    # ------------------------------------------------------------------ conversions
+    def passages(self) -> list[Passage]:
+        """The candidate passages (given order) as :class:`~ragkit.types.Passage` objects."""
+        return [Passage(id=i, text=t, title=ti) for i, t, ti in zip(self.passage_ids, self.texts, self.titles)]
+
+    def to_dict(self) -> dict[str, Any]:
+        """One JSONL line of the label format."""
+        out: dict[str, Any] = {
+            "format": LABEL_FORMAT,
+            "qid": self.qid,
+            "question": self.question,
+            "passage_ids": list(self.passage_ids),
+            "titles": list(self.titles),
+            "texts": list(self.texts),
+            "u": [float(x) for x in self.u],
+            "ranking": list(self.ranking),
+            "answers": list(self.answers),
+            "gold_ids": list(self.gold_ids),
+            "source": self.source,
+            "generator": self.generator,
+            "design": self.design,
+            "outcome": self.outcome,
+            "generator_calls": int(self.generator_calls),
+        }
+        if self.metadata:
+            out["metadata"] = dict(self.metadata)
+        return out
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any], where: str = "label record") -> LabelRecord:
+        """Parse one label line; ``where`` (e.g. ``"file.jsonl:3"``) prefixes error messages."""
+        if not isinstance(d, Mapping):
+            raise ValueError(f"{where}: expected a JSON object, got {type(d).__name__}")
+        fmt = d.get("format", LABEL_FORMAT)
+        if fmt != LABEL_FORMAT:
+            raise ValueError(f"{where}: unknown label format {fmt!r}; this ragkit reads {LABEL_FORMAT!r}")
+        missing = [k for k in _REQUIRED if k not in d]
+        if missing:
+            raise ValueError(
+                f"{where}: missing key(s) {missing}; a label line needs {list(_REQUIRED)} "
+                "(write it with ragkit.training.labels.write_labels or `ragkit distill labels`)"
+            )
+        for k in ("passage_ids", "texts", "u", "titles", "ranking", "answers", "gold_ids"):
+            if k in d and not isinstance(d[k], list):
+                raise ValueError(f"{where}: '{k}' must be a JSON list, got {type(d[k]).__name__}")
+        try:
+            u = [float(x) for x in d["u"]]
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"{where}: 'u' must be a list of numbers ({e})") from e
+        try:
+            return cls(
+                qid=str(d["qid"]),
+                question=str(d["question"]),
+                passage_ids=tuple(str(x) for x in d["passage_ids"]),
+                texts=tuple(str(x) for x in d["texts"]),
+                u=tuple(u),
+                titles=tuple(str(x) for x in d.get("titles") or ()),
+                ranking=tuple(str(x) for x in d.get("ranking") or ()),
+                answers=tuple(str(x) for x in d.get("answers") or ()),
+                gold_ids=tuple(str(x) for x in d.get("gold_ids") or ()),
+                source=str(d.get("source") or ""),
+                generator=str(d.get("generator") or ""),
+                design=str(d.get("design") or "cyclic"),
+                outcome=str(d.get("outcome") or "gold"),
+                generator_calls=int(d.get("generator_calls") or 0),
+                metadata=dict(d.get("metadata") or {}),
+            )
+        except ValueError as e:
+            raise ValueError(f"{where}: {e}") from e
+
+
+def ranking_from_utilities(passage_ids: Sequence[str], u: Sequence[float]) -> tuple[str, ...]:
+    """Passage ids sorted by decreasing utility; ties keep the given order."""
+    order = sorted(range(len(passage_ids)), key=lambda i: (-float(u[i]), i))
+    return tuple(passage_ids[i] for i in order)
+
+
+# ----------------------------------------------------------------------------- file I/O
+def _parse_lines(path: Path, lines: Iterable[str]) -> list[LabelRecord]:
+    out: list[LabelRecord] = []
+    seen: dict[str, int] = {}
+    for i, line in enumerate(lines, 1):
+        line = line.strip()
+        if not line:
+            continue
+        where = f"{path}:{i}"
+        try:
+            d = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ValueError(
+                f"{where}: not valid JSON ({e.msg}); a run killed mid-write leaves a partial last "
+                "line: delete it (or rerun `ragkit distill labels`, which repairs it) and retry"
+            ) from e
+        rec = LabelRecord.from_dict(d, where)
+        if rec.qid in seen:
+            raise ValueError(f"{where}: duplicate qid {rec.qid!r} (first at line {seen[rec.qid]}); remove one")
+        seen[rec.qid] = i
+        out.append(rec)
+    return out
+
+
+def read_labels(path: str | os.PathLike[str]) -> list[LabelRecord]:
+    """Read and validate a label file.
+
+    Raises
+    ------
+    FileNotFoundError
+        When ``path`` does not exist.
+    ValueError
+        Naming the file and line of the first bad record (invalid JSON, missing keys, lists of
+        different lengths, non-finite utilities, duplicate question ids), or when the file
+        holds no labels.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"no such label file: {path}; make one with `ragkit distill labels`")
+    with open(path, encoding="utf-8") as f:
+        out = _parse_lines(path, f)
+    if not out:
+        raise ValueError(f"{path} holds no labels; make some with `ragkit distill labels`")
+    return out
+
+
+def write_labels(path: str | os.PathLike[str], labels: Iterable[LabelRecord]) -> None:
+    """Write ``labels`` as a label file atomically (replacing any existing file)."""
+    atomic_write_text(path, "".join(json.dumps(r.to_dict(), ensure_ascii=False) + "\n" for r in labels))
+
+
+def _existing_qids(path: Path) -> set[str]:
+    """Question ids already in a (possibly interrupted) label file; repairs a partial last line."""
+    if not path.exists():
+        return set()
+    text = path.read_text(encoding="utf-8")
+    lines = text.splitlines()
+    if lines and not text.endswith("\n"):
+        try:
+            json.loads(lines[-1])
+        except json.JSONDecodeError:
+            logger.warning("%s: dropping a partial last line left by an interrupted run", path)
+            lines = lines[:-1]
+            atomic_write_text(path, "".join(line + "\n" for line in lines))
+    return {r.qid for r in _parse_lines(path, lines)}
+
+
+# ----------------------------------------------------------------------------- generation
+@dataclass(frozen=True)
+class LabelStats:
+    """What :func:`generate_labels` did."""
+
+    path: str
+    written: int
+    skipped_existing: int
+    skipped_unusable: int
+    total: int
+    seconds: float
+    generator_calls: int
+
+    @property
+    def seconds_per_question(self) -> float:
+        return self.seconds / self.written if self.written else float("nan")
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dict(self.__dict__)
+        d["seconds_per_question"] = self.seconds_per_question
+        return d
+
+
+def _result_utilities(result: Any) -> np.ndarray:
+    """Utilities from a ``MoIResult`` (``utilities`` / ``u``) as a float array."""
+    for name in ("utilities", "u"):
+        v = getattr(result, name, None)
+        if v is not None:
+            return np.asarray(v, dtype=np.float64).reshape(-1)
+    raise TypeError(
+        f"{type(result).__name__} has no 'utilities' or 'u' attribute; cannot read MoI utilities"
+    )
+
+
+def _result_calls(result: Any, default: int) -> int:
+    for name in ("generator_calls", "num_calls", "forward_passes"):
+        v = getattr(result, name, None)
+        if v is not None:
+            return int(v)
+    return default
+
+
+def labels_from_results(
+    records: Sequence[QARecord],
+    results: Sequence[Any],
+    *,
+    generator_name: str = "",
+    design: str = "cyclic",
+    outcome: str = "gold",
+    source: str = "",
+) -> list[LabelRecord]:
+    """Turn MoI results (one per record, passages in the record's order) into label records."""
+    if len(records) != len(results):
+        raise ValueError(f"{len(records)} records but {len(results)} MoI results")
+    out: list[LabelRecord] = []
+    for rec, res in zip(records, results):
+        u = _result_utilities(res)
+        if u.shape[0] != len(rec.passages):
+            raise ValueError(
+                f"MoI returned {u.shape[0]} utilities for question {rec.id!r} with {len(rec.passages)} passages"
+            )
+        ps = rec.passages
+        out.append(
+            LabelRecord(
+                qid=rec.id,
+                question=rec.question,
+                passage_ids=tuple(p.id for p in ps),
+                titles=tuple(p.title for p in ps),
+                texts=tuple(p.text for p in ps),
+                u=tuple(float(x) for x in u),
+                answers=tuple(rec.answers),
+                gold_ids=tuple(rec.gold_ids),
+                source=source or str(rec.metadata.get("dataset") or ""),
+                generator=generator_name,
+                design=design,
+                outcome=outcome,
+                generator_calls=_result_calls(res, len(ps)),
+            )
+        )
+    return out
+
+
+def usable_for_labels(rec: QARecord) -> str | None:
+    """Why ``rec`` cannot be labelled with the ``gold`` outcome (``None`` when it can)."""
+    if not rec.answers or not any(a.strip() for a in rec.answers):
+        return "no reference answer"
+    if len(rec.passages) < 2:
+        return f"{len(rec.passages)} passage(s)"
+    if len({p.id for p in rec.passages}) != len(rec.passages):
+        return "duplicate passage ids"
+    return None
+
+
+def generate_labels(
+    generator: Generator,
+    records: Sequence[QARecord],
+    out_path: str | os.PathLike[str],
+    *,
+    batch_queries: int = 4,
+    resume: bool = True,
+    design: str = "cyclic",
+    moi_kwargs: Mapping[str, Any] | None = None,
+    source: str = "",
+    show_progress: bool | None = None,
+) -> LabelStats:
+    """Label training questions with MoI ``gold``-outcome utilities, appending to ``out_path``.
+
+    For each question MoI scores the reference answer's mean log-prob under the design's
+    orderings (cyclic: the ``k`` rotations, ``M = k`` generator sequences, one batched call per
+    ``batch_queries`` questions) and solves for the per-passage utilities ``u``.
+
+    Parameters
+    ----------
+    generator
+        A :class:`ragkit.generation.Generator`.
+    records
+        Training questions with their candidate passages (given order) and reference answers.
+        Records without an answer or with fewer than two passages are skipped (logged).
+    out_path
+        Label file (JSONL). Created if missing.
+    batch_queries
+        Questions per ``MoI.run_many`` call; labels are appended after each call.
+    resume
+        Skip question ids already in ``out_path`` (a partial last line from a killed run is
+        dropped). With ``resume=False`` an existing file is replaced.
+    design
+        MoI design (``"cyclic"`` for labels; ``"prior"``/``"random"`` are cheaper, noisier).
+    moi_kwargs
+        Extra keyword arguments for :class:`ragkit.debias.MoI` (``profile``, ``lam``, ``seed``).
+    source
+        Dataset name stored in each label (defaults to the record's ``metadata["dataset"]``).
+    show_progress
+        Progress bar over batches (``None``: on unless ``RAGKIT_NO_PROGRESS`` is set).
+
+    Returns
+    -------
+    LabelStats
+    """
+    import time
+
+    from ragkit.debias import MoI
+
+    if batch_queries < 1:
+        raise ValueError(f"batch_queries must be >= 1, got {batch_queries}")
+    path = Path(out_path)
+    if not resume and path.exists():
+        atomic_write_text(path, "")
+    done = _existing_qids(path) if resume else set()
+
+    todo: list[QARecord] = []
+    skipped_existing = skipped_unusable = 0
+    seen: set[str] = set()
+    for rec in records:
+        if rec.id in done:
+            skipped_existing += 1
+            continue
+        if rec.id in seen:
+            continue
+        why = usable_for_labels(rec)
+        if why is not None:
+            logger.info("skipping question %r: %s", rec.id, why)
+            skipped_unusable += 1
+            continue
+        seen.add(rec.id)
+        todo.append(rec)
+    logger.info("labelling %d questions (%d already in %s, %d unusable)",
+                len(todo), skipped_existing, path, skipped_unusable)
+
+    moi = MoI(generator, design=design, outcome="gold", **dict(moi_kwargs or {}))
+    gen_name = str(getattr(generator, "name", "") or "")
+    written = calls = 0
+    t0 = time.perf_counter()
+    batches = [todo[i : i + batch_queries] for i in range(0, len(todo), batch_queries)]
+    for batch in progress(batches, show=show_progress, desc="MoI labels", unit="batch"):
+        results = moi.run_many(
+            [r.question for r in batch],
+            [list(r.passages) for r in batch],
+            None,
+            [list(r.answers) for r in batch],
+            generate_answer=False,
+        )
+        labels = labels_from_results(batch, results, generator_name=gen_name, design=design,
+                                     outcome="gold", source=source)
+        append_jsonl(path, (lab.to_dict() for lab in labels))
+        written += len(labels)
+        calls += sum(lab.generator_calls for lab in labels)
+    if not path.exists():
+        atomic_write_text(path, "")
+    seconds = time.perf_counter() - t0
+    return LabelStats(
+        path=str(path),
+        written=written,
+        skipped_existing=skipped_existing,
+        skipped_unusable=skipped_unusable,
+        total=len(records),
+        seconds=seconds,
+        generator_calls=calls,
+    )
