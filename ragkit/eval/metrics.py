@@ -1,0 +1,260 @@
+"""Answer and retrieval metrics used across ragkit.
+
+Answer metrics
+--------------
+* :func:`normalize_answer`, :func:`exact_match`, :func:`f1_score` reproduce the official
+  HotpotQA evaluation script (Yang et al., 2018), itself derived from SQuAD v1.1
+  (Rajpurkar et al., 2016): lowercase, drop ASCII punctuation, drop the articles
+  ``a|an|the``, collapse white space; token F1 over the normalised tokens, where a prediction
+  or reference that normalises to ``yes``, ``no`` or ``noanswer`` scores 0 unless both are equal.
+* :func:`best_subspan_em` is the NQ-open metric of "Lost in the Middle" (Liu et al., 2024):
+  1 if some normalised gold alias is a substring of the normalised output.
+* :func:`rouge_l` is ROUGE-L F-measure (Lin, 2004) through the ``rouge-score`` package
+  (its default tokenizer: lowercase, alphanumeric tokens; no stemming), max over references.
+* :func:`bleu` is sentence-level BLEU-n (Papineni et al., 2002) through ``sacrebleu`` with
+  ``max_ngram_order=n``, ``effective_order=True``, ``smooth_method="exp"``, ``tokenize="13a"``,
+  ``lowercase=True``, all references used jointly (multi-reference BLEU); scaled to [0, 1].
+
+Retrieval metrics
+-----------------
+:func:`ir_metrics` evaluates :class:`~ragkit.types.RankedList` runs with ``ranx``
+(Bassani, 2022), e.g. ``mrr@10``, ``ndcg@10``, ``recall@2``.
+
+``normalize_answer``, ``exact_match`` and ``f1_score`` live only here; every other module
+imports them from this one.
+"""
+
+from __future__ import annotations
+
+import re
+import string
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from functools import lru_cache
+from typing import Any
+
+from ragkit.types import RankedList
+
+__all__ = [
+    "normalize_answer",
+    "exact_match",
+    "f1_score",
+    "f1_precision_recall",
+    "max_over_references",
+    "exact_match_max",
+    "f1_max",
+    "best_subspan_em",
+    "rouge_l",
+    "bleu",
+    "ir_metrics",
+    "DEFAULT_IR_METRICS",
+]
+
+DEFAULT_IR_METRICS: tuple[str, ...] = ("mrr@10", "ndcg@10", "recall@2", "recall@10")
+
+_PUNCT = frozenset(string.punctuation)
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+_SPECIAL = ("yes", "no", "noanswer")
+
+
+def normalize_answer(s: str) -> str:
+    """SQuAD/HotpotQA answer normalisation.
+
+    ``white_space_fix(remove_articles(remove_punc(lower(s))))``: lowercase, delete every
+    character of ``string.punctuation``, replace the words ``a``, ``an``, ``the`` by a space,
+    then join the white-space-split tokens with single spaces.
+
+    Examples
+    --------
+    >>> normalize_answer("The  Eiffel-Tower!")
+    'eiffeltower'
+    """
+    s = str(s).lower()
+    s = "".join(ch for ch in s if ch not in _PUNCT)
+    s = _ARTICLES.sub(" ", s)
+    return " ".join(s.split())
+
+
+def exact_match(prediction: str, reference: str) -> float:
+    """1.0 when the normalised prediction equals the normalised reference, else 0.0."""
+    return float(normalize_answer(prediction) == normalize_answer(reference))
+
+
+def f1_precision_recall(prediction: str, reference: str) -> tuple[float, float, float]:
+    """Token-level (F1, precision, recall) as in the official HotpotQA script.
+
+    With ``P`` and ``G`` the normalised token multisets, ``c = |P ∩ G|``,
+    ``precision = c/|P|``, ``recall = c/|G|``, ``F1 = 2·p·r/(p+r)``; 0 when ``c = 0``, and 0 when
+    either side normalises to ``yes``/``no``/``noanswer`` and the two differ.
+    """
+    pred = normalize_answer(prediction)
+    ref = normalize_answer(reference)
+    if (pred in _SPECIAL or ref in _SPECIAL) and pred != ref:
+        return 0.0, 0.0, 0.0
+    p_toks, r_toks = pred.split(), ref.split()
+    common = Counter(p_toks) & Counter(r_toks)
+    same = sum(common.values())
+    if same == 0:
+        return 0.0, 0.0, 0.0
+    precision = same / len(p_toks)
+    recall = same / len(r_toks)
+    return 2 * precision * recall / (precision + recall), precision, recall
+
+
+def f1_score(prediction: str, reference: str) -> float:
+    """Token F1 of the HotpotQA script (see :func:`f1_precision_recall`)."""
+    return f1_precision_recall(prediction, reference)[0]
+
+
+def _refs(references: str | Iterable[str]) -> list[str]:
+    if isinstance(references, str):
+        return [references]
+    return [str(r) for r in references]
+
+
+def max_over_references(
+    metric: Callable[[str, str], float], prediction: str, references: str | Iterable[str]
+) -> float:
+    """``max_r metric(prediction, r)``; 0.0 when there is no reference."""
+    refs = _refs(references)
+    if not refs:
+        return 0.0
+    return max(float(metric(prediction, r)) for r in refs)
+
+
+def exact_match_max(prediction: str, references: str | Iterable[str]) -> float:
+    """Exact match against the best of several references."""
+    return max_over_references(exact_match, prediction, references)
+
+
+def f1_max(prediction: str, references: str | Iterable[str]) -> float:
+    """Token F1 against the best of several references."""
+    return max_over_references(f1_score, prediction, references)
+
+
+def best_subspan_em(prediction: str, references: str | Iterable[str]) -> float:
+    """1.0 if any normalised gold alias occurs (as a substring) in the normalised prediction.
+
+    The NQ-open metric of Liu et al., "Lost in the Middle" (TACL 2024). Empty aliases are ignored.
+    """
+    pred = normalize_answer(prediction)
+    for r in _refs(references):
+        g = normalize_answer(r)
+        if g and g in pred:
+            return 1.0
+    return 0.0
+
+
+@lru_cache(maxsize=1)
+def _rouge_scorer() -> Any:
+    from rouge_score import rouge_scorer
+
+    return rouge_scorer.RougeScorer(["rougeL"], use_stemmer=False)
+
+
+def rouge_l(prediction: str, references: str | Iterable[str]) -> float:
+    """ROUGE-L F-measure (longest common subsequence; Lin, 2004), max over references.
+
+    Uses ``rouge_score.rouge_scorer.RougeScorer(["rougeL"], use_stemmer=False)``.
+    0.0 when there is no reference.
+    """
+    refs = _refs(references)
+    if not refs:
+        return 0.0
+    scorer = _rouge_scorer()
+    return max(float(scorer.score(r, str(prediction))["rougeL"].fmeasure) for r in refs)
+
+
+@lru_cache(maxsize=8)
+def _bleu_metric(n: int, lowercase: bool, tokenize: str) -> Any:
+    from sacrebleu.metrics import BLEU
+
+    return BLEU(
+        max_ngram_order=n,
+        effective_order=True,
+        smooth_method="exp",
+        lowercase=lowercase,
+        tokenize=tokenize,
+    )
+
+
+def bleu(
+    prediction: str,
+    references: str | Iterable[str],
+    n: int = 1,
+    lowercase: bool = True,
+    tokenize: str = "13a",
+) -> float:
+    """Sentence-level BLEU-n in [0, 1] (Papineni et al., 2002) through sacrebleu.
+
+    ``BLEU = BP · exp(Σ_{i≤n} (1/n) log p_i)`` with modified i-gram precisions ``p_i`` counted
+    against all references jointly, brevity penalty ``BP = min(1, exp(1 - r/c))`` (``r`` the
+    closest reference length). Settings: ``effective_order=True`` (orders with no candidate
+    n-grams are dropped, as recommended for sentences), ``smooth_method="exp"``,
+    ``tokenize="13a"``, ``lowercase=True``. 0.0 when there is no reference or the
+    prediction is empty.
+
+    Parameters
+    ----------
+    n
+        Maximum n-gram order (1 for BLEU-1, 2 for BLEU-2).
+    """
+    if n < 1 or n > 4:
+        raise ValueError(f"BLEU order n must be in 1..4, got {n}")
+    refs = _refs(references)
+    if not refs or not str(prediction).strip():
+        return 0.0
+    score = float(_bleu_metric(n, lowercase, tokenize).sentence_score(str(prediction), refs).score)
+    return min(1.0, max(0.0, score / 100.0))
+
+
+def ir_metrics(
+    qrels: Mapping[str, Iterable[str] | Mapping[str, int]],
+    run: Mapping[str, RankedList | Mapping[str, float]],
+    metrics: Sequence[str] = DEFAULT_IR_METRICS,
+) -> dict[str, float]:
+    """Mean retrieval metrics of a run through ``ranx``.
+
+    Parameters
+    ----------
+    qrels
+        ``{query_id: relevant ids}`` (an iterable of ids, relevance 1) or
+        ``{query_id: {doc_id: relevance}}``. Queries without any relevant id are dropped
+        (they have no defined recall/MRR).
+    run
+        ``{query_id: RankedList}`` (converted with :meth:`RankedList.to_run_dict`) or
+        ``{query_id: {doc_id: score}}``.
+    metrics
+        ranx metric names, e.g. ``("mrr@10", "ndcg@10", "recall@2", "recall@10")``.
+
+    Returns
+    -------
+    dict
+        ``{metric: mean over the judged queries}``; NaN for every metric when no query is judged.
+    """
+    if not metrics:
+        raise ValueError("ir_metrics needs at least one metric name, e.g. ('mrr@10',)")
+    q: dict[str, dict[str, int]] = {}
+    for qid, rel in qrels.items():
+        d = {str(k): int(v) for k, v in rel.items()} if isinstance(rel, Mapping) else {str(x): 1 for x in rel}
+        d = {k: v for k, v in d.items() if v > 0}
+        if d:
+            q[str(qid)] = d
+    r: dict[str, dict[str, float]] = {}
+    for qid, ranked in run.items():
+        if str(qid) not in q:
+            continue
+        d2 = ranked.to_run_dict() if isinstance(ranked, RankedList) else {str(k): float(v) for k, v in ranked.items()}
+        # ranx cannot hold an empty ranking: give it a dummy non-relevant document.
+        r[str(qid)] = d2 or {"__ragkit_empty__": 0.0}
+    missing = [qid for qid in q if qid not in r]
+    for qid in missing:
+        r[qid] = {"__ragkit_empty__": 0.0}
+    if not q:
+        return {m: float("nan") for m in metrics}
+    from ranx import Qrels, Run, evaluate
+
+    res = evaluate(Qrels(q), Run(r), list(metrics), make_comparable=True)
+    if isinstance(res, Mapping):
+        return {m: float(res[m]) for m in metrics}
+    return {metrics[0]: float(res)}
