@@ -1,0 +1,316 @@
+"""Lexical retrieval with BM25 (Robertson & Zaragoza, "The Probabilistic Relevance Framework:
+BM25 and Beyond", Foundations and Trends in IR 2009).
+
+Two backends share one tokeniser so that they rank identically for matching variants:
+
+* ``bm25s`` (default): eager sparse scoring (Lù, "BM25S: Orders of magnitude faster lexical
+  search via eager sparse scoring", 2024). Scores are pre-computed per (term, document) into a
+  sparse matrix, so a query is a sum of a few sparse rows. Batched retrieval over threads.
+* ``rank_bm25``: the reference pure-Python implementation (``BM25Okapi``, ``BM25L``,
+  ``BM25Plus``), kept for parity checks and benchmarks.
+
+Score of document ``d`` for query ``q`` (``tf`` = term frequency in ``d``, ``|d|`` its length,
+``avgdl`` the mean length, ``N`` the corpus size, ``df`` the document frequency)::
+
+    score(q, d) = sum_{t in q} idf(t) * tfc(t, d)
+
+    lucene:     idf = log(1 + (N - df + 0.5) / (df + 0.5)),  tfc = tf / (tf + k1 (1 - b + b |d|/avgdl))
+    robertson:  idf = log((N - df + 0.5) / (df + 0.5)) (>= 0),  tfc as lucene
+    atire:      idf = log(N / df),                             tfc = tf (k1+1) / (tf + k1 (1 - b + b |d|/avgdl))
+    okapi:      idf as robertson, tfc as atire  (= rank_bm25.BM25Okapi while every df < N/2;
+                BM25Okapi floors negative idfs at epsilon * mean idf instead of 0)
+    bm25l:      idf = log((N + 1) / (df + 0.5)),  c = tf / (1 - b + b |d|/avgdl),
+                tfc = (k1+1)(c + delta) / (k1 + c + delta)          (Lv & Zhai, CIKM 2011)
+    bm25+:      idf = log((N + 1) / df),  tfc = tf (k1+1) / (tf + k1 (1 - b + b |d|/avgdl)) + delta
+                                                                     (Lv & Zhai, CIKM 2011)
+
+Parity: with the same tokens, ``method="okapi"`` and ``"bm25+"`` rank identically on both
+backends (tested). ``rank_bm25.BM25L`` multiplies each term's score by an extra ``tf`` factor
+(so absent terms get no ``delta`` credit), hence its BM25L differs from Lv & Zhai's and bm25s's.
+
+Tokenisation: lower-case, the regex ``(?u)\\b\\w\\w+\\b`` (tokens of two or more word characters),
+optional stopword removal, optional Snowball stemming through PyStemmer.
+
+``add()`` on either backend re-indexes the union of the old and new passages (BM25's idf and
+average length depend on the whole corpus, so an incremental update is not exact).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ragkit.io import progress, progress_enabled
+from ragkit.retrievers.base import IndexFormatError, Retriever, register_retriever
+from ragkit.types import Passage, Query
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["BM25Retriever", "Tokenizer", "BM25S_METHODS", "RANK_BM25_METHODS"]
+
+TOKEN_PATTERN = r"(?u)\b\w\w+\b"
+
+# ragkit method name -> (bm25s method, bm25s idf_method)
+BM25S_METHODS: dict[str, tuple[str, str]] = {
+    "lucene": ("lucene", "lucene"),
+    "robertson": ("robertson", "robertson"),
+    "atire": ("atire", "atire"),
+    "okapi": ("atire", "robertson"),
+    "bm25l": ("bm25l", "bm25l"),
+    "bm25+": ("bm25+", "bm25+"),
+}
+# ragkit method name -> rank_bm25 class name
+RANK_BM25_METHODS: dict[str, str] = {"okapi": "BM25Okapi", "bm25l": "BM25L", "bm25+": "BM25Plus"}
+
+_STOPWORD_LANGS = {
+    "en": "STOPWORDS_EN", "english": "STOPWORDS_EN", "en_plus": "STOPWORDS_EN_PLUS",
+    "de": "STOPWORDS_GERMAN", "german": "STOPWORDS_GERMAN",
+    "nl": "STOPWORDS_DUTCH", "dutch": "STOPWORDS_DUTCH",
+    "fr": "STOPWORDS_FRENCH", "french": "STOPWORDS_FRENCH",
+    "es": "STOPWORDS_SPANISH", "spanish": "STOPWORDS_SPANISH",
+    "pt": "STOPWORDS_PORTUGUESE", "portuguese": "STOPWORDS_PORTUGUESE",
+    "it": "STOPWORDS_ITALIAN", "italian": "STOPWORDS_ITALIAN",
+    "ru": "STOPWORDS_RUSSIAN", "russian": "STOPWORDS_RUSSIAN",
+    "sv": "STOPWORDS_SWEDISH", "swedish": "STOPWORDS_SWEDISH",
+}
+
+
+def _resolve_stopwords(stopwords: str | Sequence[str] | None) -> frozenset[str]:
+    if stopwords is None or stopwords == "":
+        return frozenset()
+    if isinstance(stopwords, str):
+        key = stopwords.lower()
+        if key not in _STOPWORD_LANGS:
+            raise ValueError(
+                f"unknown stopword list {stopwords!r}; use one of {sorted(_STOPWORD_LANGS)}, "
+                "a list of words, or None"
+            )
+        import bm25s.stopwords as sw
+
+        return frozenset(getattr(sw, _STOPWORD_LANGS[key]))
+    return frozenset(w.lower() for w in stopwords)
+
+
+class Tokenizer:
+    """Lower-case regex tokeniser with optional stopwords and Snowball stemming.
+
+    Parameters
+    ----------
+    stopwords
+        ``"en"`` (bm25s's English list), another language code, a list of words, or ``None``.
+    stemmer
+        A Snowball language for PyStemmer (``"english"``) or ``None`` for no stemming.
+    """
+
+    def __init__(self, stopwords: str | Sequence[str] | None = "en",
+                 stemmer: str | None = "english") -> None:
+        self.stopwords = _resolve_stopwords(stopwords)
+        self._stem_cache: dict[str, str] = {}
+        self._stemmer: Any = None
+        if stemmer is not None:
+            try:
+                import Stemmer  # PyStemmer
+            except ImportError as e:
+                raise ValueError(
+                    "stemming needs PyStemmer: pip install PyStemmer (or pass stemmer=None)"
+                ) from e
+            try:
+                self._stemmer = Stemmer.Stemmer(stemmer)
+            except KeyError as e:
+                raise ValueError(
+                    f"unknown stemmer language {stemmer!r}; use one of "
+                    f"{Stemmer.algorithms()} or None"
+                ) from e
+        self._split = re.compile(TOKEN_PATTERN).findall
+
+    def __call__(self, texts: Iterable[str], show_progress: bool = False) -> list[list[str]]:
+        """Tokenise many texts; stemming runs once per distinct word (batched through PyStemmer)."""
+        sw = self.stopwords
+        raw = [
+            [w for w in self._split(t.lower()) if w not in sw]
+            for t in progress(texts, show=show_progress, desc="tokenize", leave=False)
+        ]
+        if self._stemmer is None:
+            return raw
+        cache = self._stem_cache
+        new = list({w for doc in raw for w in doc if w not in cache})
+        if new:
+            cache.update(zip(new, self._stemmer.stemWords(new)))
+        return [[cache[w] for w in doc] for doc in raw]
+
+
+@register_retriever
+class BM25Retriever(Retriever):
+    """BM25 retriever on ``bm25s`` (default) or ``rank_bm25``.
+
+    The formula of each ``method`` is in the module docstring.
+
+    Parameters
+    ----------
+    k1, b
+        Term-frequency saturation and length normalisation.
+    method
+        ``"lucene"`` (default), ``"robertson"``, ``"atire"``, ``"okapi"``, ``"bm25l"``, ``"bm25+"``
+        for ``bm25s``; ``"okapi"``, ``"bm25l"``, ``"bm25+"`` for ``rank_bm25`` (``None`` picks
+        ``"lucene"`` / ``"okapi"``).
+    delta
+        The lower bound of BM25L / BM25+.
+    stopwords
+        Stopword list (``"en"``, a language, a list of words) or ``None``.
+    stemmer
+        PyStemmer language (``"english"``) or ``None``.
+    backend
+        ``"bm25s"`` or ``"rank_bm25"``.
+    n_threads
+        Threads for batched ``bm25s`` retrieval (0 = in the calling thread, -1 = all cores).
+    scoring_backend
+        bm25s's scorer: ``"numpy"`` (default, no start-up cost) or ``"numba"`` (JIT-compiled on
+        first use, ~10 s, then several times faster), ``"auto"`` = numba when installed.
+    show_progress
+        Progress bars while indexing (``None``: on unless ``RAGKIT_NO_PROGRESS`` is set).
+    """
+
+    kind = "bm25"
+
+    def __init__(
+        self,
+        k1: float = 1.5,
+        b: float = 0.75,
+        method: str | None = "lucene",
+        delta: float = 0.5,
+        stopwords: str | Sequence[str] | None = "en",
+        stemmer: str | None = "english",
+        backend: str = "bm25s",
+        n_threads: int = 0,
+        scoring_backend: str = "numpy",
+        show_progress: bool | None = None,
+    ) -> None:
+        super().__init__()
+        if backend not in ("bm25s", "rank_bm25"):
+            raise ValueError(f"unknown BM25 backend {backend!r}; use 'bm25s' or 'rank_bm25'")
+        if method is None:
+            method = "lucene" if backend == "bm25s" else "okapi"
+        if backend == "bm25s" and method not in BM25S_METHODS:
+            raise ValueError(f"unknown bm25s method {method!r}; use one of {list(BM25S_METHODS)}")
+        if backend == "rank_bm25" and method not in RANK_BM25_METHODS:
+            raise ValueError(
+                f"rank_bm25 has no method {method!r}; use one of {list(RANK_BM25_METHODS)} "
+                "(or backend='bm25s' for lucene/robertson/atire)"
+            )
+        if scoring_backend not in ("numpy", "numba", "auto"):
+            raise ValueError("scoring_backend must be 'numpy', 'numba' or 'auto'")
+        if k1 < 0 or not 0 <= b <= 1:
+            raise ValueError(f"need k1 >= 0 and 0 <= b <= 1, got k1={k1}, b={b}")
+        self.k1, self.b, self.delta = float(k1), float(b), float(delta)
+        self.method, self.backend = method, backend
+        self.stopwords = list(stopwords) if isinstance(stopwords, (list, tuple)) else stopwords
+        self.stemmer = stemmer
+        self.n_threads = int(n_threads)
+        self.scoring_backend = scoring_backend
+        self.show_progress = show_progress
+        self.tokenizer = Tokenizer(stopwords, stemmer)
+        self._model: Any = None
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return {
+            "k1": self.k1, "b": self.b, "method": self.method, "delta": self.delta,
+            "stopwords": self.stopwords, "stemmer": self.stemmer, "backend": self.backend,
+            "n_threads": self.n_threads, "scoring_backend": self.scoring_backend,
+        }
+
+    # ------------------------------------------------------------------ indexing
+    def _new_bm25s(self) -> Any:
+        import bm25s
+
+        method, idf_method = BM25S_METHODS[self.method]
+        return bm25s.BM25(k1=self.k1, b=self.b, delta=self.delta, method=method,
+                          idf_method=idf_method, backend=self.scoring_backend)
+
+    def _build(self, passages: list[Passage]) -> None:
+        show = progress_enabled(self.show_progress)
+        tokens = self.tokenizer([p.contents for p in passages], show_progress=show)
+        if self.backend == "bm25s":
+            model = self._new_bm25s()
+            model.index(tokens, show_progress=show)
+        else:
+            import rank_bm25
+
+            cls = getattr(rank_bm25, RANK_BM25_METHODS[self.method])
+            kw: dict[str, Any] = {"k1": self.k1, "b": self.b}
+            if self.method != "okapi":
+                kw["delta"] = self.delta
+            model = cls(tokens, **kw)
+        self._model = model
+
+    def _add(self, passages: list[Passage]) -> None:
+        # BM25 statistics (idf, avgdl) depend on the whole corpus: re-index the union.
+        self._build(self._passages + passages)
+
+    # ------------------------------------------------------------------ search
+    def _search(self, queries: list[Query], k: int) -> list[tuple[np.ndarray, np.ndarray]]:
+        tokens = self.tokenizer([q.text for q in queries])
+        if self.backend == "rank_bm25":
+            out = []
+            for toks in tokens:  # rank_bm25 scores one query at a time (it has no batch API)
+                s = np.asarray(self._model.get_scores(toks), dtype=np.float64)
+                # all documents tied with the k-th score, then ties broken by position
+                kth = np.partition(s, len(s) - k)[len(s) - k]
+                cand = np.flatnonzero(s >= kth)
+                top = cand[np.lexsort((cand, -s[cand]))][:k]
+                out.append((top, s[top]))
+            return out
+        m = self._model
+        vocab = m.vocab_dict
+        ids = [[vocab[t] for t in toks if t in vocab] for toks in tokens]
+        # A query with no indexed term scores 0 everywhere: answer it without bm25s.
+        out: list[tuple[np.ndarray, np.ndarray]] = [
+            (np.arange(k), np.zeros(k)) for _ in ids
+        ]
+        live = [i for i, q in enumerate(ids) if q]
+        if live:
+            docs, scores = m.retrieve([ids[i] for i in live], k=k, show_progress=False,
+                                      n_threads=self.n_threads, sorted=True)
+            for i, d, s in zip(live, np.asarray(docs), np.asarray(scores)):
+                out[i] = (d, s)
+        return out
+
+    # ------------------------------------------------------------------ persistence
+    def _save_files(self, folder: Path) -> None:
+        if self.backend == "bm25s":
+            # bm25s writes its sparse score matrix as .npy (allow_pickle=False) and JSON.
+            self._model.save(str(folder / "bm25s"), show_progress=False)
+        # rank_bm25 has no serialisation: its index is rebuilt from passages.jsonl on load.
+
+    @classmethod
+    def _from_saved(cls, folder: Path, manifest: dict[str, Any], passages: list[Passage],
+                    **kwargs: Any) -> BM25Retriever:
+        params = dict(manifest.get("params") or {})
+        params.update(kwargs)
+        try:
+            obj = cls(**params)
+        except TypeError as e:
+            raise IndexFormatError(f"{folder}: bad BM25 parameters in the manifest ({e})") from e
+        if obj.backend == "bm25s":
+            import bm25s
+
+            try:
+                model = bm25s.BM25.load(str(folder / "bm25s"), allow_pickle=False,
+                                        show_progress=False, backend=obj.scoring_backend)
+            except (OSError, ValueError, json.JSONDecodeError) as e:
+                raise IndexFormatError(f"index {folder} is damaged ({e}); rebuild it") from e
+            if model.scores.get("num_docs") != len(passages):
+                raise IndexFormatError(
+                    f"index {folder} is damaged: the BM25 matrix has {model.scores.get('num_docs')} "
+                    f"documents but there are {len(passages)} passages; rebuild it"
+                )
+            obj._model = model
+        else:
+            obj._build(passages)
+        return obj
