@@ -1,19 +1,52 @@
 """Dataset loaders: every dataset becomes a list of :class:`~ragkit.types.QARecord`.
 
-(Only the local HotpotQA reader exists yet; the evaluation issue extends this module.)
+Supported datasets (:func:`load_dataset`):
+
+* ``hotpotqa`` -- HotpotQA (Yang et al., 2018), distractor setting: 10 paragraphs, 2 gold
+  (the titles in ``supporting_facts``). ``setting="fullwiki"`` loads the hub's ``fullwiki``
+  config; its records carry the hub's context paragraphs, and the evaluation runner is meant to
+  retrieve candidates with a retriever from the pooled corpus (``--retriever bm25|dense|hybrid``).
+* ``msmarco`` -- MS MARCO QnA v1.1 / v2.1 (Nguyen et al., 2016): Bing passages, gold =
+  ``is_selected``; an answer ``"No Answer Present."`` means no answer.
+* ``nq-open`` -- NQ-open (Lee et al., 2019; Kwiatkowski et al., 2019) in the oracle format of
+  "Lost in the Middle" (Liu et al., 2024): ``ctxs`` with the gold passage; the hub's ``nq_open``
+  has no passages (closed-book or retriever use).
+
+Each loads from a local file (``path``) or, without a path, from the Hugging Face hub through
+``datasets.load_dataset`` (needs network access).
 """
 
 from __future__ import annotations
 
+import json
+import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from ragkit.io import read_jsonl
 from ragkit.types import Passage, QARecord
 
-__all__ = ["SAMPLE_HOTPOTQA", "hotpotqa_record", "load_hotpotqa", "sample_records", "sample_corpus"]
+__all__ = [
+    "SAMPLE_HOTPOTQA",
+    "DATASET_NAMES",
+    "hotpotqa_record",
+    "load_hotpotqa",
+    "msmarco_record",
+    "load_msmarco",
+    "nq_open_record",
+    "load_nq_open",
+    "load_dataset",
+    "pooled_corpus",
+    "sample_records",
+    "sample_corpus",
+]
+
+logger = logging.getLogger(__name__)
+
+DATASET_NAMES: tuple[str, ...] = ("hotpotqa", "msmarco", "nq-open")
+MSMARCO_NO_ANSWER = "No Answer Present."
 
 SAMPLE_HOTPOTQA = Path(__file__).resolve().parents[1] / "data" / "hotpotqa_dev_sample.jsonl"
 
@@ -47,6 +80,233 @@ def hotpotqa_record(raw: Mapping[str, Any]) -> QARecord:
     )
 
 
+def _columns_to_rows(obj: Any, name: str) -> list[dict[str, Any]]:
+    """``{"is_selected": [...], "passage_text": [...]}`` -> list of row dicts (or pass rows through)."""
+    if isinstance(obj, Mapping):
+        keys = list(obj)
+        n = len(obj[keys[0]]) if keys else 0
+        if any(len(obj[k]) != n for k in keys):
+            raise ValueError(f"{name}: columns have different lengths {[len(obj[k]) for k in keys]}")
+        return [{k: obj[k][i] for k in keys} for i in range(n)]
+    if isinstance(obj, list):
+        return [dict(x) for x in obj]
+    raise ValueError(f"{name}: expected a dict of columns or a list of rows, got {type(obj).__name__}")
+
+
+def msmarco_record(raw: Mapping[str, Any], version: str = "v1.1") -> QARecord:
+    """Convert one MS MARCO QnA record (v1.1/v2.1 hub or JSON-array schema) into a ``QARecord``.
+
+    Passage ids are ``"{query_id}-{j}"`` in the given (Bing) order; gold ids are the passages with
+    ``is_selected == 1``. Answers equal to ``"No Answer Present."`` (and empty strings) are
+    dropped, so such a query has no answers.
+    """
+    try:
+        qid = str(raw["query_id"])
+        question = str(raw["query"])
+        rows = _columns_to_rows(raw["passages"], f"MS MARCO query {qid}")
+    except KeyError as e:
+        raise ValueError(
+            f"record is not in the MS MARCO QnA schema (missing {e}); expected keys "
+            "query_id, query, passages{is_selected, passage_text, url}, answers"
+        ) from e
+    passages: list[Passage] = []
+    gold: list[str] = []
+    for j, r in enumerate(rows):
+        pid = f"{qid}-{j}"
+        sel = bool(int(r.get("is_selected", 0) or 0))
+        passages.append(
+            Passage(id=pid, text=str(r.get("passage_text", "")), metadata={"url": r.get("url", ""), "gold": sel})
+        )
+        if sel:
+            gold.append(pid)
+    answers = tuple(
+        str(a) for a in (raw.get("answers") or []) if str(a).strip() and str(a).strip() != MSMARCO_NO_ANSWER
+    )
+    wfa = [str(a) for a in (raw.get("wellFormedAnswers") or []) if str(a).strip() and str(a) != "[]"]
+    return QARecord(
+        id=qid,
+        question=question,
+        answers=answers,
+        passages=tuple(passages),
+        gold_ids=tuple(gold),
+        metadata={
+            "dataset": "msmarco",
+            "version": version,
+            "query_type": raw.get("query_type"),
+            "well_formed_answers": wfa,
+        },
+    )
+
+
+def load_msmarco(
+    path: str | os.PathLike[str], limit: int | None = None, version: str = "v1.1"
+) -> list[QARecord]:
+    """Read MS MARCO QnA from a local JSON array (``[{query_id, query, passages, answers}, ...]``),
+    a JSONL file (one record a line, ``.gz`` ok) or the official column-wise JSON
+    (``{"query_id": {"0": ...}, "query": {...}, ...}``)."""
+    p = Path(path)
+    if not p.exists():
+        raise FileNotFoundError(f"MS MARCO file not found: {p}")
+    if p.suffix in (".jsonl", ".gz"):
+        rows: list[dict[str, Any]] = read_jsonl(p)
+    else:
+        with open(p, encoding="utf-8") as f:
+            data = json.load(f)
+        if isinstance(data, list):
+            rows = data
+        elif isinstance(data, Mapping) and "query_id" in data and isinstance(data["query_id"], Mapping):
+            keys = list(data["query_id"])
+            rows = [{col: data[col].get(k) for col in data} for k in keys]
+        else:
+            raise ValueError(
+                f"{p}: expected a JSON array of MS MARCO records or the official column-wise JSON"
+            )
+    if limit is not None:
+        rows = rows[:limit]
+    return [msmarco_record(r, version) for r in rows]
+
+
+def nq_open_record(raw: Mapping[str, Any], index: int = 0) -> QARecord:
+    """Convert one NQ-open record into a ``QARecord``.
+
+    Oracle format (``question, answers[], ctxs[{id?, title, text, hasanswer, isgold}]``): the
+    contexts become passages (id = ``ctx["id"]`` or ``"nq{index}-{j}"``), gold = ``isgold``
+    (``hasanswer`` when no ``isgold`` flag exists). The hub's ``nq_open`` schema
+    (``question, answer[]``) gives a record without passages. Record id = ``raw["id"]`` or
+    ``"nq{index}"``.
+    """
+    if "question" not in raw:
+        raise ValueError(f"NQ-open record {index} has no 'question' key; keys are {sorted(raw)}")
+    answers = raw.get("answers", raw.get("answer"))
+    if isinstance(answers, str):
+        answers = [answers]
+    if not answers:
+        raise ValueError(f"NQ-open record {index} has no 'answers'/'answer' aliases")
+    rid = str(raw.get("id", f"nq{index}"))
+    passages: list[Passage] = []
+    gold: list[str] = []
+    for j, c in enumerate(raw.get("ctxs") or []):
+        pid = str(c.get("id") or f"{rid}-{j}")
+        is_gold = bool(c.get("isgold", c.get("hasanswer", False)))
+        passages.append(
+            Passage(
+                id=pid,
+                text=str(c.get("text", "")),
+                title=str(c.get("title") or ""),
+                metadata={"hasanswer": bool(c.get("hasanswer", False)), "gold": is_gold},
+            )
+        )
+        if is_gold:
+            gold.append(pid)
+    return QARecord(
+        id=rid,
+        question=str(raw["question"]),
+        answers=tuple(str(a) for a in answers),
+        passages=tuple(passages),
+        gold_ids=tuple(gold),
+        metadata={"dataset": "nq-open"},
+    )
+
+
+def load_nq_open(path: str | os.PathLike[str], limit: int | None = None) -> list[QARecord]:
+    """Read NQ-open from a local (gzipped) JSONL file in the oracle or the hub schema."""
+    rows = read_jsonl(path)
+    if limit is not None:
+        rows = rows[:limit]
+    return [nq_open_record(r, i) for i, r in enumerate(rows)]
+
+
+def _canonical(name: str) -> str:
+    key = name.lower().replace("_", "-").strip()
+    aliases = {
+        "hotpotqa": "hotpotqa",
+        "hotpot-qa": "hotpotqa",
+        "hotpot": "hotpotqa",
+        "msmarco": "msmarco",
+        "ms-marco": "msmarco",
+        "nq-open": "nq-open",
+        "nqopen": "nq-open",
+        "nq": "nq-open",
+    }
+    if key not in aliases:
+        raise ValueError(f"unknown dataset {name!r}; choose one of {', '.join(DATASET_NAMES)}")
+    return aliases[key]
+
+
+def _hub_rows(hub_id: str, config: str | None, split: str, limit: int | None) -> Iterable[Mapping[str, Any]]:
+    """Rows of a hub dataset split through ``datasets.load_dataset`` (network needed)."""
+    import datasets
+
+    sl = split if limit is None else f"{split}[:{int(limit)}]"
+    ds = datasets.load_dataset(hub_id, config, split=sl) if config else datasets.load_dataset(hub_id, split=sl)
+    if limit is not None and len(ds) > limit:
+        ds = ds.select(range(limit))
+    return ds
+
+
+def load_dataset(
+    name: str,
+    path: str | os.PathLike[str] | None = None,
+    limit: int | None = None,
+    split: str | None = None,
+    setting: str | None = None,
+) -> list[QARecord]:
+    """Load an evaluation dataset as ``QARecord`` objects.
+
+    Parameters
+    ----------
+    name
+        ``"hotpotqa"``, ``"msmarco"`` or ``"nq-open"``.
+    path
+        Local file in the dataset's format; ``None`` loads from the Hugging Face hub
+        (``hotpot_qa``/``distractor|fullwiki``, ``ms_marco``/``v1.1|v2.1``, ``nq_open``).
+    limit
+        Keep the first ``limit`` records.
+    split
+        Hub split (default ``"validation"``); ignored for local files.
+    setting
+        HotpotQA: ``"distractor"`` (default) or ``"fullwiki"``; MS MARCO: ``"v1.1"`` (default) or
+        ``"v2.1"``. Ignored for NQ-open.
+    """
+    ds = _canonical(name)
+    if limit is not None and limit < 1:
+        raise ValueError(f"limit must be >= 1 (or None for all records), got {limit}")
+    split = split or "validation"
+    if ds == "hotpotqa":
+        setting = setting or "distractor"
+        if setting not in ("distractor", "fullwiki"):
+            raise ValueError(f"HotpotQA setting must be 'distractor' or 'fullwiki', got {setting!r}")
+        rows = read_jsonl(path) if path is not None else list(_hub_rows("hotpot_qa", setting, split, limit))
+        if limit is not None:
+            rows = rows[:limit]
+        recs = [hotpotqa_record(r) for r in rows]
+        if setting == "fullwiki":
+            recs = [
+                QARecord(r.id, r.question, r.answers, r.passages, r.gold_ids, {**r.metadata, "setting": "fullwiki"})
+                for r in recs
+            ]
+        return recs
+    if ds == "msmarco":
+        version = setting or "v1.1"
+        if version not in ("v1.1", "v2.1"):
+            raise ValueError(f"MS MARCO version must be 'v1.1' or 'v2.1', got {version!r}")
+        if path is not None:
+            return load_msmarco(path, limit, version)
+        return [msmarco_record(r, version) for r in _hub_rows("ms_marco", version, split, limit)]
+    if path is not None:
+        return load_nq_open(path, limit)
+    return [nq_open_record(r, i) for i, r in enumerate(_hub_rows("nq_open", None, split, limit))]
+
+
+def pooled_corpus(records: Iterable[QARecord]) -> list[Passage]:
+    """All records' passages in one corpus, de-duplicated by id (first occurrence wins)."""
+    seen: dict[str, Passage] = {}
+    for rec in records:
+        for p in rec.passages:
+            seen.setdefault(p.id, Passage(id=p.id, title=p.title, text=p.text))
+    return list(seen.values())
+
+
 def load_hotpotqa(path: str | os.PathLike[str], limit: int | None = None) -> list[QARecord]:
     """Read HotpotQA records from a local JSONL file (distractor-setting schema)."""
     rows = read_jsonl(path)
@@ -62,8 +322,4 @@ def sample_records(limit: int | None = None) -> list[QARecord]:
 
 def sample_corpus() -> list[Passage]:
     """The bundled sample's paragraphs pooled into one corpus, de-duplicated by title (id)."""
-    seen: dict[str, Passage] = {}
-    for rec in sample_records():
-        for p in rec.passages:
-            seen.setdefault(p.id, Passage(id=p.id, title=p.title, text=p.text))
-    return list(seen.values())
+    return pooled_corpus(sample_records())
