@@ -223,3 +223,31 @@ def test_listnet_training_runs(tiny_encoder_dir: Path) -> None:
     assert res.out_dir is None and len(res.loss_history) == 2
     assert res.reranker.metadata["loss"] == "listnet"
     assert np.isfinite(res.final_loss)
+
+
+# ----------------------------------------------------------------------------- CLI
+def test_cli_train_writes_a_loadable_student(tiny_encoder_dir: Path, tmp_path: Path, capsys) -> None:
+    from ragkit.cli import main
+    from ragkit.training.distill import DistilledReranker
+
+    labels = tmp_path / "labels.jsonl"
+    write_labels(labels, _keyword_labels(6, 3, seed=7))
+    out = tmp_path / "student"
+    report = tmp_path / "report.json"
+    rc = main(["--quiet", "distill", "--labels", str(labels), "--out", str(out), "--base-model",
+               str(tiny_encoder_dir), "--epochs", "1", "--lr", "1e-3", "--max-length", "32",
+               "--device", "cpu", "--json", str(report)])
+    assert rc == 0
+    assert "trained ranknet student on 6 questions" in capsys.readouterr().out
+    assert json.loads(report.read_text())["num_queries"] == 6
+    student = DistilledReranker.load(out, device="cpu")
+    assert len(student.rank("a question?", ["one", "two zebra"])) == 2
+
+
+def test_cli_errors(tmp_path: Path, capsys) -> None:
+    from ragkit.cli import main
+
+    assert main(["distill"]) == 1
+    assert "needs --labels" in capsys.readouterr().err
+    assert main(["distill", "--labels", str(tmp_path / "none.jsonl"), "--out", str(tmp_path / "o")]) == 1
+    assert "no such label file" in capsys.readouterr().err

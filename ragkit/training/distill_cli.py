@@ -1,0 +1,159 @@
+"""``ragkit distill``: train a one-pass student reranker on MoI labels; ``ragkit distill labels`` makes them.
+
+Usage::
+
+    # 1. label training questions with MoI (gold outcome, cyclic design); resumable
+    ragkit distill labels --data-file ../shared/data/hotpotqa/train.jsonl --out labels.jsonl --limit 80
+    # 2. train the student cross-encoder (embedded MiniLM by default)
+    ragkit distill --labels labels.jsonl --out students/minilm-moi --loss ranknet --epochs 2
+    # 3. use it
+    ragkit rerank --reranker students/minilm-moi ...
+
+``ragkit distill train ...`` is the same as ``ragkit distill ...`` (step 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+_DATASETS = ("auto", "hotpotqa", "msmarco", "nq-open")
+
+
+def _add_train_args(p: argparse.ArgumentParser, required: bool) -> None:
+    p.add_argument("--labels", required=required, help="label file (JSONL) from `ragkit distill labels`")
+    p.add_argument("--out", required=required, help="folder for the trained student (written atomically)")
+    p.add_argument("--base-model", default=None,
+                   help="encoder to start from: sentence-transformers/HF path or hub id (default: embedded MiniLM)")
+    p.add_argument("--loss", default="ranknet", choices=("ranknet", "listnet", "lambdaloss"),
+                   help="pairwise RankNet (default) or listwise ListNet / LambdaLoss")
+    p.add_argument("--epochs", type=float, default=2.0, help="passes over the labels (default 2)")
+    p.add_argument("--batch-size", type=int, default=4, help="questions per optimisation step (default 4)")
+    p.add_argument("--lr", type=float, default=2e-5, help="AdamW learning rate (default 2e-5)")
+    p.add_argument("--max-length", type=int, default=256, help="token limit of a (question, passage) pair")
+    p.add_argument("--temperature", type=float, default=1.0, help="target temperature (z-scored u / T)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default="auto")
+    p.add_argument("--json", dest="json_path", default=None, help="also write the training report here")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add ``ragkit distill`` (train) and ``ragkit distill labels`` to the top-level sub-commands."""
+    p = sub.add_parser(
+        "distill",
+        help="distil MoI into a one-pass cross-encoder reranker",
+        description="Train a cross-encoder student on MoI labels (`ragkit distill --labels F --out D`), "
+        "or make the labels (`ragkit distill labels ...`).",
+    )
+    _add_train_args(p, required=False)
+    p.set_defaults(func=_train)
+    dsub = p.add_subparsers(dest="distill_command", metavar="{train,labels}")
+
+    t = dsub.add_parser("train", help="train the student (same as `ragkit distill --labels ... --out ...`)")
+    _add_train_args(t, required=True)
+    t.set_defaults(func=_train)
+
+    lab = dsub.add_parser("labels", help="label training questions with MoI (gold outcome); resumable")
+    lab.add_argument("--data-file", required=True,
+                     help="HotpotQA JSONL, MS MARCO QnA JSON, or NQ-open JSONL(.gz) with answers and passages")
+    lab.add_argument("--dataset", default="auto", choices=_DATASETS,
+                     help="format of --data-file (auto: .json -> msmarco, nq in the name -> nq-open, else hotpotqa)")
+    lab.add_argument("--out", required=True, help="label file (JSONL); existing question ids are skipped")
+    lab.add_argument("--limit", type=int, default=None, help="first N questions of the data file")
+    lab.add_argument("--model", default=None, help="generator (default: embedded SmolLM2-135M-Instruct)")
+    lab.add_argument("--design", default="cyclic", choices=("cyclic", "prior", "random"))
+    lab.add_argument("--profile", default=None, help="position-bias profile JSON (default: flat)")
+    lab.add_argument("--batch-queries", type=int, default=4, help="questions per batched MoI call")
+    lab.add_argument("--passage-max-tokens", type=int, default=None, help="truncate each passage in the prompt")
+    lab.add_argument("--no-resume", action="store_true", help="replace --out instead of appending to it")
+    lab.add_argument("--device", default="auto")
+    lab.add_argument("--json", dest="json_path", default=None, help="also write the run summary here")
+    lab.set_defaults(func=_labels)
+
+
+def _train(args: argparse.Namespace) -> int:
+    from ragkit.cli import emit
+    from ragkit.training.distill import train_student
+
+    if not args.labels or not args.out:
+        raise ValueError("`ragkit distill` needs --labels FILE and --out DIR (or use `ragkit distill labels ...`)")
+    res = train_student(
+        args.labels,
+        args.out,
+        base_model=args.base_model,
+        loss=args.loss,
+        epochs=args.epochs,
+        batch_size=args.batch_size,
+        lr=args.lr,
+        seed=args.seed,
+        max_length=args.max_length,
+        temperature=args.temperature,
+        device=args.device,
+    )
+    report = res.to_dict()
+    print(
+        f"trained {args.loss} student on {res.num_queries} questions ({res.num_pairs} pairs) in "
+        f"{res.seconds:.1f} s; training loss {res.initial_loss:.4f} -> {res.final_loss:.4f}; saved to {args.out}"
+    )
+    emit(report, args.json_path)
+    return 0
+
+
+def _infer_dataset(path: str, dataset: str) -> str:
+    if dataset != "auto":
+        return dataset
+    low = path.lower()
+    if low.endswith(".json"):
+        return "msmarco"
+    if "nq" in low.rsplit("/", 1)[-1]:
+        return "nq-open"
+    return "hotpotqa"
+
+
+def _load_records(path: str, dataset: str, limit: int | None) -> list[Any]:
+    name = _infer_dataset(path, dataset)
+    if name == "hotpotqa":
+        from ragkit.eval.datasets import load_hotpotqa
+
+        return load_hotpotqa(path, limit)
+    from ragkit.eval import datasets as ds
+
+    loader = getattr(ds, "load_dataset", None)
+    if loader is None:
+        raise RuntimeError(f"this ragkit cannot read {name!r} files yet (ragkit.eval.datasets.load_dataset is missing)")
+    return loader(name, path=path, limit=limit)
+
+
+def _labels(args: argparse.Namespace) -> int:
+    from ragkit.cli import emit
+    from ragkit.generation import Generator
+    from ragkit.training.labels import generate_labels
+
+    if args.limit is not None and args.limit < 1:
+        raise ValueError(f"--limit must be >= 1, got {args.limit}")
+    records = _load_records(args.data_file, args.dataset, args.limit)
+    gen_kw: dict[str, Any] = {"device": args.device}
+    if args.passage_max_tokens is not None:
+        gen_kw["passage_max_tokens"] = args.passage_max_tokens
+    generator = Generator(args.model, **gen_kw)
+    moi_kwargs: dict[str, Any] = {}
+    if args.profile:
+        from ragkit.debias import PositionProfile
+
+        moi_kwargs["profile"] = PositionProfile.load(args.profile)
+    stats = generate_labels(
+        generator,
+        records,
+        args.out,
+        batch_queries=args.batch_queries,
+        resume=not args.no_resume,
+        design=args.design,
+        moi_kwargs=moi_kwargs,
+    )
+    print(
+        f"labelled {stats.written} questions ({stats.skipped_existing} already there, "
+        f"{stats.skipped_unusable} without answer/passages) in {stats.seconds:.1f} s "
+        f"({stats.seconds_per_question:.1f} s/question) -> {stats.path}"
+    )
+    emit(stats.to_dict(), args.json_path)
+    return 0
