@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import re
 import string
+import warnings
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import lru_cache
@@ -47,6 +48,7 @@ __all__ = [
     "rouge_l",
     "bleu",
     "ir_metrics",
+    "ir_metrics_per_query",
     "DEFAULT_IR_METRICS",
 ]
 
@@ -208,6 +210,52 @@ def bleu(
     return min(1.0, max(0.0, score / 100.0))
 
 
+def _ranx_inputs(
+    qrels: Mapping[str, Iterable[str] | Mapping[str, int]],
+    run: Mapping[str, RankedList | Mapping[str, float]],
+) -> tuple[dict[str, dict[str, int]], dict[str, dict[str, float]]]:
+    q: dict[str, dict[str, int]] = {}
+    for qid, rel in qrels.items():
+        d = {str(k): int(v) for k, v in rel.items()} if isinstance(rel, Mapping) else {str(x): 1 for x in rel}
+        d = {k: v for k, v in d.items() if v > 0}
+        if d:
+            q[str(qid)] = d
+    r: dict[str, dict[str, float]] = {}
+    for qid, ranked in run.items():
+        if str(qid) not in q:
+            continue
+        d2 = ranked.to_run_dict() if isinstance(ranked, RankedList) else {str(k): float(v) for k, v in ranked.items()}
+        # ranx cannot hold an empty ranking: give it a dummy non-relevant document.
+        r[str(qid)] = d2 or {"__ragkit_empty__": 0.0}
+    for qid in q:
+        r.setdefault(qid, {"__ragkit_empty__": 0.0})
+    return q, r
+
+
+def ir_metrics_per_query(
+    qrels: Mapping[str, Iterable[str] | Mapping[str, int]],
+    run: Mapping[str, RankedList | Mapping[str, float]],
+    metrics: Sequence[str] = DEFAULT_IR_METRICS,
+) -> dict[str, dict[str, float]]:
+    """Per-query retrieval metrics through ``ranx``: ``{metric: {query_id: value}}``.
+
+    Same inputs as :func:`ir_metrics`; only queries with at least one relevant id appear (a
+    query missing from ``run`` scores 0).
+    """
+    if not metrics:
+        raise ValueError("ir_metrics needs at least one metric name, e.g. ('mrr@10',)")
+    q, r = _ranx_inputs(qrels, run)
+    if not q:
+        return {m: {} for m in metrics}
+    from ranx import Qrels, Run, evaluate
+
+    ranx_run = Run(r)
+    with warnings.catch_warnings():  # numba's "unsafe cast uint64 -> int64" notice inside ranx
+        warnings.simplefilter("ignore")
+        evaluate(Qrels(q), ranx_run, list(metrics), make_comparable=True, save_results_in_run=True)
+    return {m: {qid: float(v) for qid, v in ranx_run.scores[m].items()} for m in metrics}
+
+
 def ir_metrics(
     qrels: Mapping[str, Iterable[str] | Mapping[str, int]],
     run: Mapping[str, RankedList | Mapping[str, float]],
@@ -232,29 +280,5 @@ def ir_metrics(
     dict
         ``{metric: mean over the judged queries}``; NaN for every metric when no query is judged.
     """
-    if not metrics:
-        raise ValueError("ir_metrics needs at least one metric name, e.g. ('mrr@10',)")
-    q: dict[str, dict[str, int]] = {}
-    for qid, rel in qrels.items():
-        d = {str(k): int(v) for k, v in rel.items()} if isinstance(rel, Mapping) else {str(x): 1 for x in rel}
-        d = {k: v for k, v in d.items() if v > 0}
-        if d:
-            q[str(qid)] = d
-    r: dict[str, dict[str, float]] = {}
-    for qid, ranked in run.items():
-        if str(qid) not in q:
-            continue
-        d2 = ranked.to_run_dict() if isinstance(ranked, RankedList) else {str(k): float(v) for k, v in ranked.items()}
-        # ranx cannot hold an empty ranking: give it a dummy non-relevant document.
-        r[str(qid)] = d2 or {"__ragkit_empty__": 0.0}
-    missing = [qid for qid in q if qid not in r]
-    for qid in missing:
-        r[qid] = {"__ragkit_empty__": 0.0}
-    if not q:
-        return {m: float("nan") for m in metrics}
-    from ranx import Qrels, Run, evaluate
-
-    res = evaluate(Qrels(q), Run(r), list(metrics), make_comparable=True)
-    if isinstance(res, Mapping):
-        return {m: float(res[m]) for m in metrics}
-    return {metrics[0]: float(res)}
+    per = ir_metrics_per_query(qrels, run, metrics)
+    return {m: (sum(v.values()) / len(v) if v else float("nan")) for m, v in per.items()}
