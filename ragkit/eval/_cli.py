@@ -1,0 +1,203 @@
+"""``ragkit eval`` (+ ``ragkit eval sweep``, ``ragkit eval consistency``)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+SAMPLE_LIMIT = 8
+"""Questions of the bundled sample evaluated by a bare ``ragkit eval`` (fits in 5 min on 2 CPU cores)."""
+SAMPLE_PASSAGE_TOKENS = 48
+"""Per-passage token cut of a bare ``ragkit eval``."""
+SAMPLE_K = 10
+
+
+def _methods(s: str) -> tuple[str, ...]:
+    names = tuple(x.strip() for x in s.split(",") if x.strip())
+    if not names:
+        raise argparse.ArgumentTypeError("--methods needs at least one name, e.g. none,moi")
+    return names
+
+
+def _ints(s: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(x) for x in s.split(",") if x.strip())
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {s!r}") from e
+
+
+def _guess_dataset(path: str) -> str:
+    name = Path(path).name.lower()
+    if "marco" in name:
+        return "msmarco"
+    if "nq" in name:
+        return "nq-open"
+    return "hotpotqa"
+
+
+def _add_common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default=None, help="generator: hub id, local folder or .gguf (default: embedded SmolLM2)")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--template", default="short", help="prompt template: short, chat, plain")
+    p.add_argument("--passage-max-tokens", type=int, default=None, help="cut each passage to this many tokens")
+    p.add_argument("--max-new-tokens", type=int, default=None, help="answer length budget")
+    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--seed", type=int, default=0)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add ``eval`` with its ``sweep`` and ``consistency`` sub-commands."""
+    p = sub.add_parser(
+        "eval",
+        help="evaluate retrievers x debiasing methods on HotpotQA / MS MARCO / NQ-open",
+        description=(
+            "Evaluate a RAG pipeline. Without arguments: the bundled HotpotQA sample "
+            f"({SAMPLE_LIMIT} questions, passages cut to {SAMPLE_PASSAGE_TOKENS} tokens) with the embedded "
+            "generator, writing ragkit-eval-report.json and .md in the current directory."
+        ),
+    )
+    p.add_argument("--dataset", default=None, help="hotpotqa | msmarco | nq-open (default: bundled HotpotQA sample)")
+    p.add_argument("--data-file", default=None, help="local dataset file (default: the hub, or the bundled sample)")
+    p.add_argument("--split", default=None, help="hub split (default validation)")
+    p.add_argument("--setting", default=None, help="hotpotqa: distractor|fullwiki; msmarco: v1.1|v2.1")
+    p.add_argument("--limit", type=int, default=None, help="first N questions")
+    p.add_argument("--retriever", default="given", choices=("given", "bm25", "dense", "hybrid"))
+    p.add_argument("--embedder", default=None, help="dense/hybrid encoder (default: embedded MiniLM)")
+    p.add_argument("--methods", type=_methods, default=("none",), help="comma-separated, e.g. none,moi,voting")
+    p.add_argument("--k", type=int, default=10, help="passages per question")
+    p.add_argument("--chunk-size", type=int, default=8, help="questions per run_many call / partial-file append")
+    p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples for 95%% intervals")
+    p.add_argument("--out", default=None, help="JSON report (default ragkit-eval-report.json)")
+    p.add_argument("--report", default=None, help="markdown report (default: --out with .md)")
+    p.add_argument("--plot", default=None, metavar="DIR", help="write PNG bar plots here")
+    p.add_argument("--resume", action=argparse.BooleanOptionalAction, default=True,
+                   help="skip questions already in <out>.partial.jsonl (default on)")
+    _add_common(p)
+    p.set_defaults(func=_run_eval)
+
+    esub = p.add_subparsers(dest="eval_command", metavar="{sweep,consistency}")
+    s = esub.add_parser("sweep", help="lost-in-the-middle position sweep on NQ-open (oracle format)")
+    s.add_argument("--data-file", required=True, help="NQ-open oracle JSONL(.gz) with gold passages")
+    s.add_argument("--limit", type=int, default=100, help="questions to sweep (distractors come from the whole file)")
+    s.add_argument("--k", type=_ints, default=(10, 20), help="context sizes, e.g. 10,20")
+    s.add_argument("--slots", type=_ints, default=None, help="0-based gold slots (default 0,k/4,k/2,3k/4,k-1)")
+    s.add_argument("--no-generate", action="store_true", help="log-prob outcome only (no EM)")
+    s.add_argument("--out", default="ragkit-sweep.json")
+    s.add_argument("--plot", default=None, help="PNG curve path")
+    _add_common(s)
+    s.set_defaults(func=_run_sweep)
+
+    c = esub.add_parser("consistency", help="retriever / generator / end-to-end consistency across paraphrases")
+    c.add_argument("--dataset", default=None)
+    c.add_argument("--data-file", default=None)
+    c.add_argument("--limit", type=int, default=20)
+    c.add_argument("--retriever", default="bm25", choices=("given", "bm25", "dense", "hybrid"))
+    c.add_argument("--embedder", default=None)
+    c.add_argument("--k", type=int, default=5)
+    c.add_argument("--n-paraphrases", type=int, default=4)
+    c.add_argument("--paraphraser", default="auto", choices=("auto", "data", "rule", "llm"))
+    c.add_argument("--similarity", default="bleu2", choices=("bleu2", "f1", "rougel"))
+    c.add_argument("--out", default="ragkit-consistency.json")
+    _add_common(c)
+    c.set_defaults(func=_run_consistency)
+
+
+def _generator(args: argparse.Namespace) -> Any:
+    from ragkit.generation import Generator
+
+    return Generator(model=args.model, device=args.device, template=args.template, batch_size=args.batch_size,
+                     passage_max_tokens=args.passage_max_tokens, show_progress=False)
+
+
+def _run_eval(args: argparse.Namespace) -> int:
+    from ragkit.eval.report import eval_table, markdown_table
+    from ragkit.eval.runner import DEFAULT_REPORT, EvalConfig, run_eval
+
+    sample = args.dataset is None and args.data_file is None
+    dataset = args.dataset or (_guess_dataset(args.data_file) if args.data_file else "hotpotqa")
+    limit = args.limit if args.limit is not None else (SAMPLE_LIMIT if sample else None)
+    pmt = args.passage_max_tokens if args.passage_max_tokens is not None else (SAMPLE_PASSAGE_TOKENS if sample else None)
+    cfg = EvalConfig(
+        dataset=dataset, data_file=args.data_file, sample=sample, limit=limit, split=args.split,
+        setting=args.setting, retriever=args.retriever, methods=args.methods, k=args.k, model=args.model,
+        embedder=args.embedder, template=args.template, passage_max_tokens=pmt,
+        max_new_tokens=args.max_new_tokens or 16, batch_size=args.batch_size, chunk_size=args.chunk_size,
+        seed=args.seed, n_bootstrap=args.bootstrap, device=args.device,
+    )
+    out = args.out or DEFAULT_REPORT
+    if sample:
+        print(f"ragkit eval: bundled HotpotQA dev sample, {limit} questions, k={cfg.k} given paragraphs cut to "
+              f"{pmt} tokens, methods {','.join(cfg.methods)}, generator {cfg.model or 'embedded SmolLM2'}",
+              file=sys.stderr)
+    t0 = time.perf_counter()
+    report = run_eval(cfg, out=out, report_md=args.report, plot_dir=args.plot, resume=args.resume)
+    header, rows = eval_table(report)
+    print(markdown_table(header, rows), end="")
+    md = args.report or str(Path(out).with_suffix(".md"))
+    print(f"\n{report['n_questions']} questions in {time.perf_counter() - t0:.1f} s; wrote {out} and {md}")
+    return 0
+
+
+def _run_sweep(args: argparse.Namespace) -> int:
+    from ragkit.eval.datasets import load_nq_open
+    from ragkit.eval.report import markdown_table, write_json
+    from ragkit.eval.sweep import position_sweep
+
+    pool = load_nq_open(args.data_file)
+    recs = pool[: args.limit]
+    gen = _generator(args)
+    t0 = time.perf_counter()
+    res = position_sweep(gen, recs, k=args.k, slots=args.slots, pool=pool, seed=args.seed,
+                         max_new_tokens=args.max_new_tokens or 16, generate=not args.no_generate)
+    d = res.to_dict()
+    d["wall_seconds"] = round(time.perf_counter() - t0, 2)
+    d["config"].update({"data_file": args.data_file, "passage_max_tokens": args.passage_max_tokens,
+                        "template": args.template})
+    if args.plot:
+        d["plot"] = res.plot(args.plot)
+    write_json(args.out, d)
+    rows = [[r["setting"], r["k"] if r["k"] is not None else "-", r["slot"] + 1 if r["slot"] is not None else "-",
+             f"{r['subspan_em']:.3f}", f"{r['logprob']:.3f}", r["n"]] for r in res.rows]
+    print(markdown_table(["setting", "k", "gold position", "best-subspan EM", "gold mean log-prob", "n"], rows), end="")
+    print(json.dumps(res.summary, indent=1))
+    print(f"wrote {args.out}" + (f" and {args.plot}" if args.plot else ""))
+    return 0
+
+
+def _run_consistency(args: argparse.Namespace) -> int:
+    from ragkit.eval.consistency import evaluate_consistency, paraphrase_sets
+    from ragkit.eval.datasets import load_dataset, pooled_corpus, sample_records
+    from ragkit.eval.report import write_json
+    from ragkit.eval.runner import EvalConfig, _build_retriever
+
+    if args.dataset is None and args.data_file is None:
+        recs = sample_records(args.limit)
+    else:
+        ds = args.dataset or _guess_dataset(args.data_file)
+        recs = load_dataset(ds, args.data_file, limit=args.limit)
+    gen = _generator(args)
+    retr = None
+    if args.retriever != "given":
+        cfg = EvalConfig(retriever=args.retriever, embedder=args.embedder, device=args.device)
+        retr = _build_retriever(cfg, pooled_corpus(recs))
+    paras = paraphrase_sets(recs, n=args.n_paraphrases, source=args.paraphraser, generator=gen, seed=args.seed)
+    t0 = time.perf_counter()
+    rep = evaluate_consistency(gen, recs, paras, retriever=retr, k=args.k, similarity=args.similarity,
+                               max_new_tokens=args.max_new_tokens or 16)
+    d = rep.to_dict()
+    d["config"] = {k: v for k, v in vars(args).items() if k != "func"}
+    d["wall_seconds"] = round(time.perf_counter() - t0, 2)
+    write_json(args.out, d)
+    for key in ("retriever_consistency", "generator_consistency", "end_to_end_consistency", "em", "f1",
+                "em_paraphrases", "f1_paraphrases"):
+        v = d[key]
+        print(f"{key:24s} {'-' if v is None else f'{v:.3f}'}")
+    print(f"wrote {args.out}")
+    return 0

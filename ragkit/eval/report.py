@@ -1,0 +1,83 @@
+"""Markdown and JSON rendering of evaluation, sweep and consistency reports."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ragkit.io import atomic_write_text
+
+__all__ = ["format_ci", "markdown_table", "markdown_report", "write_json"]
+
+
+def format_ci(stat: Mapping[str, Any] | float | None, digits: int = 3) -> str:
+    """``0.412 [0.350, 0.470]`` for a bootstrap dict, the number for a float, ``-`` for missing."""
+    if stat is None:
+        return "-"
+    if isinstance(stat, Mapping):
+        mean = stat.get("mean")
+        if mean is None or (isinstance(mean, float) and math.isnan(mean)):
+            return "-"
+        lo, hi = stat.get("lo"), stat.get("hi")
+        if lo is None or hi is None or (isinstance(lo, float) and math.isnan(lo)):
+            return f"{mean:.{digits}f}"
+        return f"{mean:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]"
+    if isinstance(stat, float) and math.isnan(stat):
+        return "-"
+    if isinstance(stat, (int, float)):
+        return f"{stat:.{digits}f}" if isinstance(stat, float) else str(stat)
+    return str(stat)
+
+
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """A GitHub-flavoured markdown table (cells are ``str()``-ed, ``|`` escaped)."""
+    def cell(x: Any) -> str:
+        return str(x).replace("|", "\\|").replace("\n", " ")
+
+    lines = ["| " + " | ".join(cell(h) for h in header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(cell(c) for c in r) + " |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+def eval_table(report: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """Header and rows (one per method) of an evaluation report's aggregate metrics."""
+    agg = report["aggregate"]
+    names = list(report["metrics"])
+    extra = [m for m in ("mrr@10", "recall@2") if any(m in v for v in agg.values())]
+    header = ["method", *names, *extra, "gen. calls/q", "s/q", "n"]
+    rows = []
+    for method, res in agg.items():
+        rows.append(
+            [
+                method,
+                *(format_ci(res.get(n)) for n in names + extra),
+                f"{res.get('generator_calls_per_question', 0.0):.1f}",
+                f"{res.get('seconds_per_question', 0.0):.2f}",
+                str(res.get("questions", 0)),
+            ]
+        )
+    return header, rows
+
+
+def markdown_report(report: Mapping[str, Any]) -> str:
+    """Markdown summary of an evaluation report (``ragkit eval``)."""
+    cfg = report["config"]
+    src = cfg.get("data_file") or ("bundled HotpotQA sample" if cfg.get("sample") else "hub")
+    head = (
+        f"# ragkit eval: {report['dataset']}\n\n"
+        f"- data: {src}, {report['n_questions']} questions, retriever `{cfg['retriever']}`, k = {cfg['k']}\n"
+        f"- generator: `{report['models']['generator']}`"
+        f"{', passages cut to ' + str(cfg['passage_max_tokens']) + ' tokens' if cfg.get('passage_max_tokens') else ''}\n"
+        f"- metrics: means with 95% bootstrap intervals ({cfg['n_bootstrap']} resamples, seed {cfg['seed']})\n"
+        f"- wall time: {report['timing']['total_seconds']:.1f} s\n\n"
+    )
+    header, rows = eval_table(report)
+    return head + markdown_table(header, rows)
+
+
+def write_json(path: str | os.PathLike[str], obj: Any) -> None:
+    """Write ``obj`` as indented JSON atomically."""
+    atomic_write_text(path, json.dumps(obj, indent=2, ensure_ascii=False, default=str))

@@ -1,0 +1,485 @@
+"""The evaluation runner behind ``ragkit eval``: datasets x retrievers x debiasing methods.
+
+For each record the runner builds a candidate list (``given``: the record's own passages in the
+dataset's order; ``bm25``/``dense``/``hybrid``: top-k from the pooled corpus of all records'
+passages), runs every method (``ragkit.debias.get_method(name, generator).run_many``) in
+chunks, scores each answer with the dataset's metrics and the method's passage ranking with
+gold-passage IR metrics, and aggregates means with seeded percentile-bootstrap 95% intervals
+(Efron & Tibshirani, 1993).
+
+Resumability: every finished (method, question) output is appended (fsync'd) to
+``<out>.partial.jsonl``; the first line of that file fingerprints the configuration. A restarted
+run with the same configuration skips finished items, so it ends with the same per-question
+outputs as an uninterrupted run (chunks are cut at the same boundaries). The final report is
+written atomically and the partial file removed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import signal
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ragkit.eval.metrics import (
+    best_subspan_em,
+    bleu,
+    exact_match_max,
+    f1_max,
+    ir_metrics_per_query,
+    rouge_l,
+)
+from ragkit.io import append_jsonl, atomic_write_text, progress, read_jsonl
+from ragkit.types import Passage, QARecord, RankedList
+
+__all__ = [
+    "EvalConfig",
+    "RETRIEVERS",
+    "DATASET_METRICS",
+    "RANKING_METRICS",
+    "answer_metrics",
+    "bootstrap_ci",
+    "candidates_for",
+    "run_eval",
+    "DEFAULT_REPORT",
+]
+
+logger = logging.getLogger(__name__)
+
+RETRIEVERS: tuple[str, ...] = ("given", "bm25", "dense", "hybrid")
+DATASET_METRICS: dict[str, tuple[str, ...]] = {
+    "hotpotqa": ("em", "f1"),
+    "msmarco": ("rouge_l", "bleu1", "bleu2"),
+    "nq-open": ("subspan_em", "em", "f1"),
+}
+RANKING_METRICS: tuple[str, ...] = ("mrr@10", "recall@2")
+DEFAULT_REPORT = "ragkit-eval-report.json"
+CRASH_ENV = "RAGKIT_EVAL_KILL_AFTER"
+"""Test hook: after at least this many items are appended in one process, SIGKILL itself."""
+
+
+@dataclass
+class EvalConfig:
+    """Everything that defines an evaluation run (stored in the report and fingerprinted).
+
+    Parameters
+    ----------
+    dataset
+        ``"hotpotqa"``, ``"msmarco"`` or ``"nq-open"``.
+    data_file
+        Local file; ``None`` with ``sample=True`` uses the bundled HotpotQA sample, otherwise the hub.
+    limit
+        First ``limit`` records.
+    retriever
+        ``"given"``, ``"bm25"``, ``"dense"`` or ``"hybrid"`` (BM25 + dense, RRF).
+    methods
+        Method names for :func:`ragkit.debias.get_method`.
+    k
+        Candidates per question.
+    model
+        Generator (``None``: the embedded SmolLM2).
+    embedder
+        Sentence-transformer for the dense/hybrid retrievers (``None``: embedded MiniLM).
+    passage_max_tokens
+        Per-passage truncation in the prompt (``None``: none).
+    max_new_tokens
+        Answer length budget.
+    chunk_size
+        Questions handed to ``run_many`` at once (and appended to the partial file together).
+    seed
+        Seeds methods and the bootstrap.
+    n_bootstrap
+        Bootstrap resamples for the 95% intervals.
+    """
+
+    dataset: str = "hotpotqa"
+    data_file: str | None = None
+    sample: bool = False
+    limit: int | None = None
+    split: str | None = None
+    setting: str | None = None
+    retriever: str = "given"
+    methods: tuple[str, ...] = ("none",)
+    k: int = 10
+    model: str | None = None
+    embedder: str | None = None
+    template: str = "short"
+    passage_max_tokens: int | None = None
+    max_new_tokens: int = 32
+    batch_size: int = 8
+    chunk_size: int = 8
+    seed: int = 0
+    n_bootstrap: int = 1000
+    device: str = "auto"
+    method_kwargs: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.methods = tuple(self.methods)
+        if self.retriever not in RETRIEVERS:
+            raise ValueError(f"unknown retriever {self.retriever!r}; choose one of {', '.join(RETRIEVERS)}")
+        if not self.methods:
+            raise ValueError("no methods given; pass e.g. --methods none,moi")
+        if self.k < 1:
+            raise ValueError(f"k must be >= 1, got {self.k}")
+        if self.chunk_size < 1:
+            raise ValueError(f"chunk_size must be >= 1, got {self.chunk_size}")
+
+    def fingerprint(self) -> str:
+        """Hash of the fields that change per-question outputs (not n_bootstrap/limit/methods)."""
+        d = asdict(self)
+        for key in ("n_bootstrap", "limit", "methods", "chunk_size", "batch_size", "device"):
+            d.pop(key, None)
+        return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def answer_metrics(dataset: str, prediction: str, answers: Sequence[str]) -> dict[str, float]:
+    """The dataset's answer metrics for one prediction (empty when there is no reference)."""
+    if not answers:
+        return {}
+    if dataset == "hotpotqa":
+        return {"em": exact_match_max(prediction, answers), "f1": f1_max(prediction, answers)}
+    if dataset == "msmarco":
+        return {
+            "rouge_l": rouge_l(prediction, answers),
+            "bleu1": bleu(prediction, answers, n=1),
+            "bleu2": bleu(prediction, answers, n=2),
+        }
+    if dataset == "nq-open":
+        return {
+            "subspan_em": best_subspan_em(prediction, answers),
+            "em": exact_match_max(prediction, answers),
+            "f1": f1_max(prediction, answers),
+        }
+    raise ValueError(f"no answer metrics for dataset {dataset!r}")
+
+
+def bootstrap_ci(
+    values: Sequence[float], n_bootstrap: int = 1000, seed: int = 0, alpha: float = 0.05
+) -> dict[str, float]:
+    """Mean with a percentile-bootstrap ``1 - alpha`` interval.
+
+    ``B`` resamples of the ``n`` values with replacement (``numpy.random.default_rng(seed)``);
+    the interval is the ``alpha/2`` and ``1 - alpha/2`` quantiles of the resampled means.
+    """
+    x = np.asarray([v for v in values if v is not None and not np.isnan(v)], dtype=float)
+    if x.size == 0:
+        return {"mean": float("nan"), "lo": float("nan"), "hi": float("nan"), "n": 0}
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, x.size, size=(max(1, n_bootstrap), x.size))
+    means = x[idx].mean(axis=1)
+    return {
+        "mean": float(x.mean()),
+        "lo": float(np.quantile(means, alpha / 2)),
+        "hi": float(np.quantile(means, 1 - alpha / 2)),
+        "n": int(x.size),
+    }
+
+
+def _load_records(cfg: EvalConfig) -> list[QARecord]:
+    from ragkit.eval.datasets import load_dataset, sample_records
+
+    if cfg.sample and cfg.data_file is None:
+        return sample_records(cfg.limit)
+    return load_dataset(cfg.dataset, cfg.data_file, limit=cfg.limit, split=cfg.split, setting=cfg.setting)
+
+
+def _build_retriever(cfg: EvalConfig, corpus: list[Passage]) -> Any:
+    from ragkit import retrievers as R
+
+    if cfg.retriever == "bm25":
+        return R.BM25Retriever().index(corpus)
+    dense = R.DenseRetriever(model=cfg.embedder, device=cfg.device)
+    if cfg.retriever == "dense":
+        return dense.index(corpus)
+    return R.HybridRetriever([R.BM25Retriever(), dense], method="rrf").index(corpus)
+
+
+def candidates_for(
+    cfg: EvalConfig, records: Sequence[QARecord], retriever: Any | None = None
+) -> list[RankedList]:
+    """Candidate passages per record, best first.
+
+    ``given``: the record's passages in the dataset's order (scores ``k, k-1, ..., 1`` so the
+    given order is the ranking). Otherwise the retriever (built on the pooled corpus of all
+    records when ``retriever`` is None) returns top-``k``.
+    """
+    if cfg.retriever == "given":
+        out = []
+        for r in records:
+            ps = list(r.passages[: cfg.k])
+            out.append(RankedList.from_scores(ps, [float(len(ps) - i) for i in range(len(ps))], r.query))
+        return out
+    if retriever is None:
+        from ragkit.eval.datasets import pooled_corpus
+
+        corpus = pooled_corpus(records)
+        if not corpus:
+            raise ValueError(
+                f"the records have no passages to pool for --retriever {cfg.retriever}; "
+                "use a dataset file with passages (e.g. the NQ-open oracle file)"
+            )
+        retriever = _build_retriever(cfg, corpus)
+    return list(retriever.search([r.query for r in records], k=cfg.k))
+
+
+class _BaselineNone:
+    """Fallback for method ``none`` when ``ragkit.debias.get_method`` is unavailable."""
+
+    def __init__(self, generator: Any, max_new_tokens: int) -> None:
+        self.generator = generator
+        self.max_new_tokens = max_new_tokens
+
+    def run_many(
+        self,
+        questions: list[str],
+        passages: list[list[Passage]],
+        scores: list[list[float]] | None = None,
+        answers: list[list[str]] | None = None,
+        generate_answer: bool = True,
+    ) -> list[Any]:
+        from types import SimpleNamespace
+
+        outs = self.generator.answer(questions, passages, max_new_tokens=self.max_new_tokens)
+        res = []
+        for ps, a in zip(passages, outs):
+            n = len(ps)
+            ranking = RankedList.from_scores(ps, [float(n - i) for i in range(n)])
+            res.append(SimpleNamespace(ranking=ranking, order=list(range(n)), answer=a, generator_calls=1, extra={}))
+        return res
+
+
+def _get_method(name: str, generator: Any, cfg: EvalConfig) -> Any:
+    try:
+        from ragkit.debias import get_method
+    except ImportError:
+        if name == "none":
+            logger.warning("ragkit.debias.get_method is unavailable; using the built-in given-order baseline")
+            return _BaselineNone(generator, cfg.max_new_tokens)
+        raise RuntimeError(f"method {name!r} needs ragkit.debias.get_method, which is not available") from None
+    import inspect
+
+    kw = dict(cfg.method_kwargs.get(name, {}))
+    params = inspect.signature(get_method).parameters
+    if "seed" in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        kw.setdefault("seed", cfg.seed)
+    return get_method(name, generator, **kw)
+
+
+def _row(method: str, rec: QARecord, cand: RankedList, out: Any, dataset: str, elapsed: float) -> dict[str, Any]:
+    answer = out.answer if out.answer is not None else ""
+    ranking: RankedList = out.ranking
+    return {
+        "method": method,
+        "qid": rec.id,
+        "question": rec.question,
+        "answers": list(rec.answers),
+        "prediction": answer,
+        "candidates": cand.ids(),
+        "ranking": ranking.ids(),
+        "order": [int(i) for i in out.order],
+        "gold_ids": list(rec.gold_ids),
+        "generator_calls": int(getattr(out, "generator_calls", 0) or 0),
+        "seconds": round(elapsed, 4),
+        "metrics": answer_metrics(dataset, answer, rec.answers),
+    }
+
+
+def _partial_path(out: Path) -> Path:
+    return out.with_name(out.name + ".partial.jsonl")
+
+
+def _read_partial(path: Path, fingerprint: str, resume: bool) -> dict[tuple[str, str], dict[str, Any]]:
+    if not path.exists():
+        return {}
+    if not resume:
+        path.unlink()
+        return {}
+    rows = read_jsonl(path)
+    if not rows or rows[0].get("_fingerprint") != fingerprint:
+        raise ValueError(
+            f"{path} was written by a run with another configuration; pass --no-resume to start over "
+            "or choose another --out"
+        )
+    return {(r["method"], r["qid"]): r for r in rows[1:] if "method" in r}
+
+
+def aggregate(
+    rows: Sequence[dict[str, Any]], dataset: str, methods: Sequence[str], n_bootstrap: int, seed: int
+) -> dict[str, dict[str, Any]]:
+    """Per-method means + bootstrap intervals of answer metrics and gold-passage IR metrics."""
+    agg: dict[str, dict[str, Any]] = {}
+    for m in methods:
+        mrows = [r for r in rows if r["method"] == m]
+        res: dict[str, Any] = {}
+        for name in DATASET_METRICS[dataset]:
+            vals = [r["metrics"][name] for r in mrows if name in r["metrics"]]
+            res[name] = bootstrap_ci(vals, n_bootstrap, seed)
+        qrels = {r["qid"]: r["gold_ids"] for r in mrows if r["gold_ids"]}
+        if qrels:
+            run = {r["qid"]: {pid: float(len(r["ranking"]) - i) for i, pid in enumerate(r["ranking"])} for r in mrows}
+            per = ir_metrics_per_query(qrels, run, RANKING_METRICS)
+            for name in RANKING_METRICS:
+                res[name] = bootstrap_ci(list(per[name].values()), n_bootstrap, seed)
+        res["generator_calls_per_question"] = float(np.mean([r["generator_calls"] for r in mrows])) if mrows else 0.0
+        res["seconds_per_question"] = float(np.mean([r["seconds"] for r in mrows])) if mrows else 0.0
+        res["questions"] = len(mrows)
+        agg[m] = res
+    return agg
+
+
+def run_eval(
+    cfg: EvalConfig,
+    out: str | os.PathLike[str] = DEFAULT_REPORT,
+    report_md: str | os.PathLike[str] | None = None,
+    plot_dir: str | os.PathLike[str] | None = None,
+    resume: bool = True,
+    records: Sequence[QARecord] | None = None,
+    generator: Any | None = None,
+    show_progress: bool | None = None,
+    on_chunk: Callable[[int], None] | None = None,
+) -> dict[str, Any]:
+    """Run an evaluation and write its JSON (and markdown) report.
+
+    Parameters
+    ----------
+    cfg
+        The run configuration.
+    out
+        JSON report path; per-question outputs stream to ``<out>.partial.jsonl`` meanwhile.
+    report_md
+        Markdown table path (default: ``out`` with suffix ``.md``).
+    plot_dir
+        Write PNG bar plots of the aggregate metrics here.
+    resume
+        Skip the (method, question) items already in the partial file.
+    records, generator
+        Pre-loaded records / a :class:`ragkit.generation.Generator` (else built from ``cfg``).
+    on_chunk
+        Called with the number of items appended so far in this process (a hook for tests).
+
+    Returns
+    -------
+    dict
+        The report (``config``, ``models``, ``aggregate``, ``outputs``, ...).
+    """
+    t0 = time.perf_counter()
+    out_path = Path(out)
+    md_path = Path(report_md) if report_md else out_path.with_suffix(".md")
+    recs = list(records) if records is not None else _load_records(cfg)
+    if not recs:
+        raise ValueError("no records to evaluate (empty dataset or --limit 0)")
+    dataset = "hotpotqa" if cfg.sample and cfg.data_file is None else cfg.dataset
+    from ragkit.eval.datasets import _canonical
+
+    dataset = _canonical(dataset)
+    ids = [r.id for r in recs]
+    if len(set(ids)) != len(ids):
+        raise ValueError("record ids are not unique; the runner keys outputs by (method, id)")
+
+    partial = _partial_path(out_path)
+    fp = cfg.fingerprint()
+    done = _read_partial(partial, fp, resume)
+    if not partial.exists():
+        out_path.parent.mkdir(parents=True, exist_ok=True)
+        append_jsonl(partial, [{"_fingerprint": fp, "config": asdict(cfg)}])
+    if done:
+        logger.info("resuming: %d (method, question) outputs already in %s", len(done), partial)
+
+    todo = {m: [r for r in recs if (m, r.id) not in done] for m in cfg.methods}
+    n_todo = sum(len(v) for v in todo.values())
+    t_load = time.perf_counter()
+    cands_by_id: dict[str, RankedList] = {}
+    if n_todo:
+        # retrieval always sees all records (the pooled corpus must not depend on what is done)
+        all_cands = candidates_for(cfg, recs)
+        cands_by_id = {r.id: c for r, c in zip(recs, all_cands)}
+        if generator is None:
+            from ragkit.generation import Generator
+
+            generator = Generator(
+                model=cfg.model,
+                device=cfg.device,
+                template=cfg.template,
+                batch_size=cfg.batch_size,
+                passage_max_tokens=cfg.passage_max_tokens,
+                show_progress=False,
+            )
+    load_s = time.perf_counter() - t_load
+
+    kill_after = int(os.environ.get(CRASH_ENV, "0") or 0)
+    appended = 0
+    bar = progress(range(n_todo), show=show_progress, desc="eval", unit="q") if n_todo else None
+    bar_it = iter(bar) if bar is not None else None
+    for m in cfg.methods:
+        items = todo[m]
+        if not items:
+            continue
+        method = _get_method(m, generator, cfg)
+        for start in range(0, len(items), cfg.chunk_size):
+            chunk = items[start : start + cfg.chunk_size]
+            cands = [cands_by_id[r.id] for r in chunk]
+            tc = time.perf_counter()
+            outs = method.run_many(
+                [r.question for r in chunk],
+                [c.passages() for c in cands],
+                [c.scores() for c in cands],
+                None,
+                True,
+            )
+            per_item = (time.perf_counter() - tc) / len(chunk)
+            rows = [_row(m, r, c, o, dataset, per_item) for r, c, o in zip(chunk, cands, outs)]
+            append_jsonl(partial, rows)
+            for row in rows:
+                done[(m, row["qid"])] = row
+                if bar_it is not None:
+                    next(bar_it, None)
+            appended += len(rows)
+            if on_chunk is not None:
+                on_chunk(appended)
+            if kill_after and appended >= kill_after:
+                logger.warning("%s=%d reached: killing this process (test hook)", CRASH_ENV, kill_after)
+                os.kill(os.getpid(), signal.SIGKILL)
+    if bar_it is not None:
+        for _ in bar_it:
+            pass
+
+    rows_final = [done[(m, r.id)] for m in cfg.methods for r in recs]
+    agg = aggregate(rows_final, dataset, cfg.methods, cfg.n_bootstrap, cfg.seed)
+    model_name = getattr(generator, "name", None) or cfg.model or "embedded-default"
+    report: dict[str, Any] = {
+        "ragkit_eval": 1,
+        "dataset": dataset,
+        "config": asdict(cfg),
+        "models": {
+            "generator": str(model_name),
+            "embedder": (cfg.embedder or "embedded-default") if cfg.retriever in ("dense", "hybrid") else None,
+        },
+        "n_questions": len(recs),
+        "metrics": list(DATASET_METRICS[dataset]),
+        "aggregate": agg,
+        "timing": {
+            "total_seconds": round(time.perf_counter() - t0, 3),
+            "setup_seconds": round(load_s, 3),
+            "resumed_items": len(rows_final) - appended,
+        },
+        "outputs": rows_final,
+    }
+    from ragkit.eval.report import markdown_report
+
+    atomic_write_text(out_path, json.dumps(report, indent=2, ensure_ascii=False, default=str))
+    atomic_write_text(md_path, markdown_report(report))
+    if plot_dir:
+        from ragkit.eval.plots import plot_aggregate
+
+        report["plots"] = plot_aggregate(report, plot_dir)
+        atomic_write_text(out_path, json.dumps(report, indent=2, ensure_ascii=False, default=str))
+    partial.unlink(missing_ok=True)
+    return report

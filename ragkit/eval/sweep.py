@@ -1,0 +1,272 @@
+"""Position sweep ("lost in the middle") of a generator.
+
+Protocol of Liu et al., "Lost in the Middle: How Language Models Use Long Contexts"
+(TACL 2024): for each NQ-open question, the gold passage is put at slot ``g`` of ``k``
+(``g ∈ {0, k/4, k/2, 3k/4, k-1}``) among ``k-1`` distractors that contain no answer alias of
+the question. The distractors are gold passages of OTHER questions (drawn once per question
+with a seeded generator and shared by every slot and every ``k``, so that only the position of
+the gold passage changes; the ``k=10`` distractors are the first 9 of the ``k=20`` ones).
+
+Two outcomes per (question, k, slot):
+
+* best-subspan EM of the greedy answer (:func:`ragkit.eval.metrics.best_subspan_em`);
+* the gold answer's mean per-token log-probability ``(1/|a|) Σ_t log p(a_t | x, a_<t)``
+  under teacher forcing (first alias), which moves smoothly with position even for small models.
+
+Anchors: closed-book (no passages) and oracle (gold passage only). Summary per ``k``: the curve,
+the worst slot, and the best−worst gap of each outcome.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ragkit.eval.metrics import best_subspan_em, normalize_answer
+from ragkit.types import Passage, QARecord
+
+__all__ = ["SweepResult", "default_slots", "draw_distractors", "position_sweep"]
+
+logger = logging.getLogger(__name__)
+
+
+def default_slots(k: int) -> list[int]:
+    """``sorted({0, k//4, k//2, 3k//4, k-1})`` (0-based slots)."""
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    return sorted({0, k // 4, k // 2, (3 * k) // 4, k - 1})
+
+
+def _gold_passage(rec: QARecord) -> Passage | None:
+    gold = set(rec.gold_ids)
+    for p in rec.passages:
+        if p.id in gold:
+            return p
+    return None
+
+
+def _contains_alias(text: str, aliases: Sequence[str]) -> bool:
+    t = normalize_answer(text)
+    return any(a and a in t for a in (normalize_answer(x) for x in aliases))
+
+
+def draw_distractors(
+    record: QARecord, pool: Sequence[QARecord], n: int, rng: np.random.Generator
+) -> list[Passage]:
+    """``n`` distinct gold passages of other records that contain no answer alias of ``record``.
+
+    Raises ``ValueError`` when the pool has fewer than ``n`` such passages.
+    """
+    cands: list[Passage] = []
+    own = _gold_passage(record)
+    seen: set[str] = set()
+    for other in pool:
+        if other.id == record.id:
+            continue
+        p = _gold_passage(other)
+        if p is None or p.id in seen or (own is not None and p.text == own.text):
+            continue
+        if _contains_alias(p.contents, record.answers):
+            continue
+        seen.add(p.id)
+        cands.append(p)
+    if len(cands) < n:
+        raise ValueError(
+            f"question {record.id!r}: only {len(cands)} answer-free distractors in the pool, {n} needed; "
+            "use more records (a larger distractor pool) or a smaller k"
+        )
+    idx = rng.choice(len(cands), size=n, replace=False)
+    return [cands[int(i)] for i in idx]
+
+
+@dataclass
+class SweepResult:
+    """Outcome of :func:`position_sweep`.
+
+    ``rows``: one dict per (setting, k, slot) with ``subspan_em`` and ``logprob`` means;
+    ``per_question``: the raw values; ``summary``: per k the worst slot and best−worst gaps.
+    """
+
+    model: str
+    n_questions: int
+    k_values: list[int]
+    slots: dict[int, list[int]]
+    rows: list[dict[str, Any]]
+    per_question: list[dict[str, Any]] = field(default_factory=list)
+    summary: dict[str, Any] = field(default_factory=dict)
+    config: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict."""
+        return {
+            "model": self.model,
+            "n_questions": self.n_questions,
+            "k_values": self.k_values,
+            "slots": {str(k): v for k, v in self.slots.items()},
+            "rows": self.rows,
+            "summary": self.summary,
+            "config": self.config,
+            "per_question": self.per_question,
+        }
+
+    def row(self, setting: str, k: int | None = None, slot: int | None = None) -> dict[str, Any]:
+        """The row of a setting (``"closed_book"``, ``"oracle"``, ``"slot"``) and k/slot."""
+        for r in self.rows:
+            if r["setting"] == setting and r.get("k") == k and r.get("slot") == slot:
+                return r
+        raise KeyError((setting, k, slot))
+
+    def plot(self, path: str | os.PathLike[str]) -> str:
+        """Two-panel PNG: best-subspan EM and mean gold log-prob against the gold slot (1-based)."""
+        from ragkit.eval.plots import _plt, save_figure
+
+        plt = _plt()
+        fig, axes = plt.subplots(1, 2, figsize=(9.0, 3.4))
+        cb = self.row("closed_book")
+        orc = self.row("oracle")
+        for ax, key, label in ((axes[0], "subspan_em", "best-subspan EM"), (axes[1], "logprob", "gold answer mean log-prob")):
+            for i, k in enumerate(self.k_values):
+                rs = [self.row("slot", k, s) for s in self.slots[k]]
+                ax.plot([r["slot"] + 1 for r in rs], [r[key] for r in rs], marker="o", color=f"C{i}", label=f"k={k}")
+            ax.axhline(cb[key], linestyle="--", color="gray", label="closed-book")
+            ax.axhline(orc[key], linestyle=":", color="black", label="oracle")
+            ax.set_xlabel("position of the gold passage (1 = first)")
+            ax.set_ylabel(label)
+            ax.grid(alpha=0.3)
+        axes[0].legend(fontsize=8)
+        fig.suptitle(f"Position sweep, {self.n_questions} NQ-open questions, {self.model}", fontsize=10)
+        return save_figure(fig, path)
+
+
+def position_sweep(
+    generator: Any,
+    records: Sequence[QARecord],
+    k: int | Sequence[int] = 10,
+    slots: Sequence[int] | None = None,
+    pool: Sequence[QARecord] | None = None,
+    seed: int = 0,
+    max_new_tokens: int = 16,
+    score: bool = True,
+    generate: bool = True,
+) -> SweepResult:
+    """Run the lost-in-the-middle position sweep.
+
+    Parameters
+    ----------
+    generator
+        A :class:`ragkit.generation.Generator` (``answer``, ``score``, ``score_orderings``).
+    records
+        Questions with a gold passage (``gold_ids`` naming one of ``passages``) and answers.
+    k
+        Context size(s), e.g. ``(10, 20)``.
+    slots
+        0-based gold slots (default :func:`default_slots` per k); must be ``< k``.
+    pool
+        Records whose gold passages serve as distractors (default: ``records``).
+    seed
+        Seeds the distractor draw.
+    max_new_tokens
+        Answer length for the EM outcome.
+    score, generate
+        Compute the log-prob outcome / the EM outcome.
+
+    Returns
+    -------
+    SweepResult
+    """
+    ks = [int(k)] if isinstance(k, (int, np.integer)) else [int(x) for x in k]
+    if not ks:
+        raise ValueError("k must name at least one context size")
+    recs = [r for r in records if _gold_passage(r) is not None and r.answers]
+    if len(recs) < len(records):
+        logger.warning("%d records without a gold passage or answers were skipped", len(records) - len(recs))
+    if not recs:
+        raise ValueError("no record has a gold passage and answers; the sweep needs the NQ-open oracle format")
+    slot_map: dict[int, list[int]] = {}
+    for kk in ks:
+        s = sorted(set(int(x) for x in slots)) if slots is not None else default_slots(kk)
+        if any(x < 0 or x >= kk for x in s):
+            raise ValueError(f"slots {s} must lie in 0..{kk - 1} for k={kk}")
+        slot_map[kk] = s
+    pool = list(pool) if pool is not None else recs
+    rng = np.random.default_rng(seed)
+    kmax = max(ks)
+    distractors = [draw_distractors(r, pool, kmax - 1, rng) for r in recs]
+    golds = [_gold_passage(r) for r in recs]
+
+    # Flatten every (question, setting) context into one batch for generation and scoring.
+    settings: list[tuple[int, str, int | None, int | None, list[Passage]]] = []
+    for i, (r, g, ds) in enumerate(zip(recs, golds, distractors)):
+        assert g is not None
+        settings.append((i, "closed_book", None, None, []))
+        settings.append((i, "oracle", None, None, [g]))
+        for kk in ks:
+            for s in slot_map[kk]:
+                ctx = list(ds[: kk - 1])
+                ctx.insert(s, g)
+                settings.append((i, "slot", kk, s, ctx))
+
+    em = np.full(len(settings), np.nan)
+    lp = np.full(len(settings), np.nan)
+    preds: list[str] = [""] * len(settings)
+    if generate:
+        preds = list(
+            generator.answer([recs[i].question for i, *_ in settings], [c for *_, c in settings], max_new_tokens=max_new_tokens)
+        )
+        em = np.array([best_subspan_em(p, recs[i].answers) for p, (i, *_) in zip(preds, settings)])
+    if score:
+        prompts = [generator.build_prompt(recs[i].question, c) for i, *_, c in settings]
+        res = generator.score(prompts, [recs[i].answers[0] for i, *_ in settings])
+        lp = np.asarray(res.mean, dtype=float)
+
+    rows: list[dict[str, Any]] = []
+    keys: list[tuple[str, int | None, int | None]] = [("closed_book", None, None), ("oracle", None, None)]
+    keys += [("slot", kk, s) for kk in ks for s in slot_map[kk]]
+    for setting, kk, s in keys:
+        m = np.array([st[1] == setting and st[2] == kk and st[3] == s for st in settings])
+        rows.append(
+            {
+                "setting": setting,
+                "k": kk,
+                "slot": s,
+                "subspan_em": float(np.nanmean(em[m])) if generate else float("nan"),
+                "logprob": float(np.nanmean(lp[m])) if score else float("nan"),
+                "n": int(m.sum()),
+            }
+        )
+    summary: dict[str, Any] = {}
+    for kk in ks:
+        rs = [r for r in rows if r["setting"] == "slot" and r["k"] == kk]
+        entry: dict[str, Any] = {}
+        for key in ("subspan_em", "logprob"):
+            vals = np.array([r[key] for r in rs])
+            if np.all(np.isnan(vals)):
+                continue
+            worst, best = int(np.nanargmin(vals)), int(np.nanargmax(vals))
+            entry[key] = {
+                "worst_slot": rs[worst]["slot"],
+                "worst": float(vals[worst]),
+                "best_slot": rs[best]["slot"],
+                "best": float(vals[best]),
+                "gap": float(vals[best] - vals[worst]),
+            }
+        summary[str(kk)] = entry
+    per_q = [
+        {"qid": recs[i].id, "setting": st, "k": kk, "slot": s, "prediction": p, "subspan_em": float(e), "logprob": float(l)}
+        for (i, st, kk, s, _), p, e, l in zip(settings, preds, em, lp)
+    ]
+    return SweepResult(
+        model=str(getattr(generator, "name", "generator")),
+        n_questions=len(recs),
+        k_values=ks,
+        slots=slot_map,
+        rows=rows,
+        per_question=per_q,
+        summary=summary,
+        config={"seed": seed, "max_new_tokens": max_new_tokens, "pool_size": len(pool)},
+    )
