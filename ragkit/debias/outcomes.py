@@ -1,0 +1,279 @@
+"""Outcomes of passage orderings for Mixture-of-Intervention, batched across orderings and queries.
+
+Every outcome is scored by teacher forcing (prefill only) with
+:meth:`ragkit.generation.Generator.score_orderings`, which computes the shared instruction +
+question prefix once per query (Lee et al., NAACL Findings 2025, arXiv 2412.10684; outcome
+definitions fixed in the methods spec, section 1):
+
+- ``gold``: mean log-prob of the reference answer under each ordering (the best over the
+  reference aliases); an oracle for calibration and distillation labels.
+- ``consensus`` (label-free default): a greedy short answer per ordering (one batched
+  ``generate``); the consensus answer is the majority of normalised answers; ties are broken by
+  the mean, over all orderings, of each tied candidate's mean log-prob (every tied candidate is
+  scored, at most ``max_tied`` of them, earliest-seen first); the outcome is the consensus
+  answer's mean log-prob under each ordering.
+- ``confidence``: the mean log-prob of each ordering's own greedy answer under that ordering.
+
+``generator_calls`` counts the sequences sent through the model (one per generated answer, one
+per scored (ordering, answer) pair).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ragkit.types import Passage
+
+__all__ = [
+    "OUTCOMES",
+    "OutcomeResult",
+    "ordering_prompts",
+    "generate_per_ordering",
+    "majority_answer",
+    "gold_outcomes",
+    "consensus_outcomes",
+    "confidence_outcomes",
+    "compute_outcomes",
+]
+
+logger = logging.getLogger(__name__)
+
+OUTCOMES = ("consensus", "gold", "confidence")
+
+OutcomeFn = Callable[..., list["OutcomeResult"]]
+
+
+@dataclass
+class OutcomeResult:
+    """Outcomes of one query's ``M`` orderings.
+
+    Attributes
+    ----------
+    values
+        ``(M,)`` outcome per ordering (mean log-prob, larger is better).
+    answers
+        Each ordering's greedy answer (label-free outcomes) or ``[]``.
+    target
+        The answer whose log-prob was scored for ``consensus``/``gold`` (``None`` otherwise).
+    generator_calls
+        Sequences sent through the model for this query.
+    """
+
+    values: np.ndarray
+    answers: list[str] = field(default_factory=list)
+    target: str | None = None
+    generator_calls: int = 0
+
+
+def _norm(s: str) -> str:
+    from ragkit.eval.metrics import normalize_answer
+
+    return normalize_answer(s)
+
+
+def ordering_prompts(generator: Any, question: str, passages: Sequence[Passage],
+                     orderings: Sequence[Sequence[int]]) -> list[str]:
+    """The full prompt of each ordering."""
+    return [generator.build_prompt(question, [passages[i] for i in o]) for o in orderings]
+
+
+def generate_per_ordering(
+    generator: Any,
+    questions: Sequence[str],
+    passages: Sequence[Sequence[Passage]],
+    orderings: Sequence[Sequence[Sequence[int]]],
+    max_new_tokens: int = 16,
+) -> list[list[str]]:
+    """Greedy short answers for every (query, ordering) in one batched ``generate`` call."""
+    prompts: list[str] = []
+    sizes: list[int] = []
+    for q, ps, ods in zip(questions, passages, orderings):
+        prompts += ordering_prompts(generator, q, ps, ods)
+        sizes.append(len(ods))
+    stop = list(getattr(getattr(generator, "template", None), "stop", ()) or ()) or None
+    outs = generator.generate(prompts, max_new_tokens=max_new_tokens, stop=stop)
+    clean = [generator.clean_answer(str(o)) for o in outs]
+    res, off = [], 0
+    for n in sizes:
+        res.append(clean[off:off + n])
+        off += n
+    return res
+
+
+def majority_answer(answers: Sequence[str]) -> tuple[list[str], Counter[str]]:
+    """Majority vote over normalised answers.
+
+    Returns the tied top candidates (one raw representative per normalised answer, the first
+    seen, in order of first appearance) and the vote counts. Empty answers do not vote unless
+    every answer is empty.
+    """
+    norm = [_norm(a) for a in answers]
+    votes = Counter(n for n, a in zip(norm, answers) if a.strip() and n)
+    if not votes:
+        return [], votes
+    top = max(votes.values())
+    reps: dict[str, str] = {}
+    for n, a in zip(norm, answers):
+        if votes.get(n, 0) == top and n not in reps:
+            reps[n] = a
+    return list(reps.values()), votes
+
+
+def gold_outcomes(
+    generator: Any,
+    questions: Sequence[str],
+    passages: Sequence[Sequence[Passage]],
+    orderings: Sequence[Sequence[Sequence[int]]],
+    answers: Sequence[Sequence[str]],
+) -> list[OutcomeResult]:
+    """``gold``: best mean log-prob over the reference aliases, per ordering (one batched call)."""
+    qs, ps, ods, ans, owner = [], [], [], [], []
+    for i, (q, p, o, refs) in enumerate(zip(questions, passages, orderings, answers)):
+        refs = [r for r in (refs or []) if r and r.strip()]
+        if not refs:
+            raise ValueError(f"the 'gold' outcome needs a reference answer; query {i} ({q!r}) has none")
+        for r in dict.fromkeys(refs):
+            qs.append(q)
+            ps.append(p)
+            ods.append(o)
+            ans.append(r)
+            owner.append(i)
+    res = generator.score_orderings(qs, ps, ods, ans)
+    best: list[np.ndarray | None] = [None] * len(questions)
+    target: list[str | None] = [None] * len(questions)
+    calls = [0] * len(questions)
+    for i, r, a in zip(owner, res, ans):
+        m = np.asarray(r.mean, dtype=np.float64)
+        calls[i] += m.shape[0]
+        if best[i] is None or m.mean() > best[i].mean():  # type: ignore[union-attr]
+            target[i] = a
+        best[i] = m if best[i] is None else np.maximum(best[i], m)  # type: ignore[arg-type]
+    return [OutcomeResult(values=b, target=t, generator_calls=c)  # type: ignore[arg-type]
+            for b, t, c in zip(best, target, calls)]
+
+
+def consensus_outcomes(
+    generator: Any,
+    questions: Sequence[str],
+    passages: Sequence[Sequence[Passage]],
+    orderings: Sequence[Sequence[Sequence[int]]],
+    answers: Sequence[Sequence[str]] | None = None,
+    max_new_tokens: int = 16,
+    max_tied: int = 3,
+    sampled: list[list[str]] | None = None,
+) -> list[OutcomeResult]:
+    """``consensus``: score the majority answer under every ordering (see the module docstring).
+
+    ``sampled`` may pass already generated per-ordering answers (then no generation is run and
+    none is counted).
+    """
+    gen_calls = 0
+    if sampled is None:
+        sampled = generate_per_ordering(generator, questions, passages, orderings, max_new_tokens)
+        gen_calls = 1
+    qs, ps, ods, ans, owner = [], [], [], [], []
+    cands: list[list[str]] = []
+    for i, (q, p, o, outs) in enumerate(zip(questions, passages, orderings, sampled)):
+        tied, _ = majority_answer(outs)
+        tied = tied[:max(1, max_tied)]
+        cands.append(tied)
+        for c in tied:
+            qs.append(q)
+            ps.append(p)
+            ods.append(o)
+            ans.append(c)
+            owner.append(i)
+    res = generator.score_orderings(qs, ps, ods, ans) if qs else []
+    out: list[OutcomeResult] = []
+    per_q: dict[int, list[tuple[str, np.ndarray]]] = {}
+    for i, r, a in zip(owner, res, ans):
+        per_q.setdefault(i, []).append((a, np.asarray(r.mean, dtype=np.float64)))
+    for i, o in enumerate(orderings):
+        M = len(o)
+        calls = M * gen_calls
+        scored = per_q.get(i, [])
+        calls += sum(v.shape[0] for _, v in scored)
+        if not scored:
+            logger.warning("query %d: every ordering produced an empty answer; outcomes carry no signal", i)
+            out.append(OutcomeResult(values=np.zeros(M), answers=list(sampled[i]), target=None,
+                                     generator_calls=calls))
+            continue
+        best_a, best_v = max(scored, key=lambda t: float(t[1].mean()))  # max() keeps the first on ties
+        out.append(OutcomeResult(values=best_v, answers=list(sampled[i]), target=best_a, generator_calls=calls))
+    return out
+
+
+def confidence_outcomes(
+    generator: Any,
+    questions: Sequence[str],
+    passages: Sequence[Sequence[Passage]],
+    orderings: Sequence[Sequence[Sequence[int]]],
+    answers: Sequence[Sequence[str]] | None = None,
+    max_new_tokens: int = 16,
+    sampled: list[list[str]] | None = None,
+) -> list[OutcomeResult]:
+    """``confidence``: each ordering's own greedy answer, scored under that ordering.
+
+    An empty answer gets the lowest outcome seen for that query (it carries no confidence).
+    """
+    gen_calls = 0
+    if sampled is None:
+        sampled = generate_per_ordering(generator, questions, passages, orderings, max_new_tokens)
+        gen_calls = 1
+    qs, ps, ods, ans, owner = [], [], [], [], []
+    for i, (q, p, o, outs) in enumerate(zip(questions, passages, orderings, sampled)):
+        keep = [m for m, a in enumerate(outs) if a.strip()]
+        if keep:
+            qs.append(q)
+            ps.append(p)
+            ods.append([o[m] for m in keep])
+            ans.append([outs[m] for m in keep])
+            owner.append((i, keep))
+    res = generator.score_orderings(qs, ps, ods, ans) if qs else []
+    vals = [np.full(len(o), np.nan) for o in orderings]
+    calls = [len(o) * gen_calls for o in orderings]
+    for (i, keep), r in zip(owner, res):
+        vals[i][keep] = np.asarray(r.mean, dtype=np.float64)
+        calls[i] += len(keep)
+    out = []
+    for i, v in enumerate(vals):
+        if np.all(np.isnan(v)):
+            v = np.zeros_like(v)
+        else:
+            v = np.where(np.isnan(v), np.nanmin(v), v)
+        out.append(OutcomeResult(values=v, answers=list(sampled[i]), target=None, generator_calls=calls[i]))
+    return out
+
+
+def compute_outcomes(
+    kind: str | OutcomeFn,
+    generator: Any,
+    questions: Sequence[str],
+    passages: Sequence[Sequence[Passage]],
+    orderings: Sequence[Sequence[Sequence[int]]],
+    answers: Sequence[Sequence[str]] | None = None,
+    **kwargs: Any,
+) -> list[OutcomeResult]:
+    """Dispatch by outcome name, or call a user function with the same signature as the built-ins.
+
+    A callable ``kind(generator, questions, passages, orderings, answers) -> list[OutcomeResult]``
+    lets synthetic oracles (tests) or other outcome definitions plug in.
+    """
+    if callable(kind):
+        return kind(generator, questions, passages, orderings, answers)
+    if kind == "gold":
+        if answers is None:
+            raise ValueError("the 'gold' outcome needs reference answers (answers_list); "
+                             "use outcome='consensus' for label-free reranking")
+        return gold_outcomes(generator, questions, passages, orderings, answers)
+    if kind == "consensus":
+        return consensus_outcomes(generator, questions, passages, orderings, answers, **kwargs)
+    if kind == "confidence":
+        return confidence_outcomes(generator, questions, passages, orderings, answers, **kwargs)
+    raise ValueError(f"unknown outcome {kind!r}; choose one of {OUTCOMES} or pass a callable")

@@ -1,0 +1,271 @@
+"""Position-bias profiles: how much each prompt slot weighs in a generator's answer.
+
+A :class:`PositionProfile` holds weights ``a_j >= 0`` with ``Σ a_j = 1`` for one (model, prompt
+template, k). It is the slot weight vector of the Mixture-of-Intervention observation model
+``E[o(π)] = b + Σ_j a_j u_{π(j)}`` (Lee et al., NAACL Findings 2025, arXiv 2412.10684) and,
+plotted, the "lost in the middle" curve of that model.
+
+Calibration (the gold-passage probe, methods spec section 1): for each calibration question
+with a known gold passage, place the gold passage at every slot ``j`` among ``k − 1`` fixed
+distractors and score the gold answer's mean log-prob (teacher forcing); also score one
+ordering with the gold absent (a further distractor instead). Then
+
+    a_j ∝ max(0, mean_q o_q(gold at j) − mean_q o_q(gold absent))
+
+normalised to sum to 1; a flat profile is the fallback when every slot is clipped to 0.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ragkit.types import Passage, QARecord
+
+__all__ = ["PositionProfile", "DEFAULT_LAST_WEIGHT"]
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_LAST_WEIGHT = 0.3
+"""Weight of the last slot in the label-free default profile (methods spec section 5)."""
+
+
+def _normalise(w: np.ndarray) -> np.ndarray:
+    w = np.asarray(w, dtype=np.float64)
+    s = w.sum()
+    return np.full(w.shape[0], 1.0 / w.shape[0]) if s <= 0 or not np.isfinite(s) else w / s
+
+
+@dataclass(frozen=True)
+class PositionProfile:
+    """Slot weights ``a`` of one generator + prompt template for ``k`` passages.
+
+    Parameters
+    ----------
+    weights
+        ``(k,)`` non-negative weights summing to 1 (normalised on construction).
+    model
+        Generator name the profile was measured on (``"none"`` for synthetic profiles).
+    template
+        Prompt template name.
+    k
+        Number of passages (slots).
+    meta
+        Extra JSON-ready data (raw per-slot probe means, number of questions, ...).
+    """
+
+    weights: np.ndarray
+    model: str = "none"
+    template: str = "short"
+    k: int = 0
+    meta: Mapping[str, Any] = field(default_factory=dict, compare=False)
+
+    def __post_init__(self) -> None:
+        w = np.asarray(self.weights, dtype=np.float64).reshape(-1)
+        if w.size < 1:
+            raise ValueError("a position profile needs at least one slot weight")
+        if np.any(w < 0) or not np.all(np.isfinite(w)):
+            raise ValueError(f"profile weights must be finite and >= 0, got {w.tolist()}")
+        object.__setattr__(self, "weights", _normalise(w))
+        if self.k and self.k != w.size:
+            raise ValueError(f"profile k={self.k} but {w.size} weights")
+        object.__setattr__(self, "k", int(w.size))
+
+    # ------------------------------------------------------------------ constructors
+    @classmethod
+    def flat(cls, k: int, model: str = "none", template: str = "short") -> PositionProfile:
+        """The uniform profile ``a_j = 1/k`` (no position bias)."""
+        if k < 1:
+            raise ValueError(f"k must be >= 1, got {k}")
+        return cls(np.full(k, 1.0 / k), model=model, template=template, k=k, meta={"kind": "flat"})
+
+    @classmethod
+    def recency(
+        cls, k: int, last: float = DEFAULT_LAST_WEIGHT, model: str = "none", template: str = "short"
+    ) -> PositionProfile:
+        """The label-free default: ``last`` on the final slot, ``(1 − last)/(k − 1)`` elsewhere.
+
+        This is the recency-dominant shape measured on the embedded SmolLM2-135M with the
+        ``short`` template (methods spec section 5: the gold passage counts most next to the
+        question and the answer cue). Used when no calibrated profile is given.
+        """
+        if k < 1:
+            raise ValueError(f"k must be >= 1, got {k}")
+        if not 0 < last < 1:
+            raise ValueError(f"last must be in (0, 1), got {last}")
+        if k == 1:
+            return cls(np.ones(1), model=model, template=template, k=1, meta={"kind": "recency"})
+        w = np.full(k, (1.0 - last) / (k - 1))
+        w[-1] = last
+        return cls(w, model=model, template=template, k=k, meta={"kind": "recency", "last": last})
+
+    @classmethod
+    def from_probe(
+        cls,
+        slot_outcomes: np.ndarray,
+        absent_outcomes: np.ndarray,
+        model: str = "none",
+        template: str = "short",
+    ) -> PositionProfile:
+        """Profile from gold-passage probe outcomes.
+
+        Parameters
+        ----------
+        slot_outcomes
+            ``(Q, k)``: outcome of question ``q`` with the gold passage at slot ``j``.
+        absent_outcomes
+            ``(Q,)``: outcome of question ``q`` with the gold passage absent.
+        """
+        so = np.atleast_2d(np.asarray(slot_outcomes, dtype=np.float64))
+        ab = np.asarray(absent_outcomes, dtype=np.float64).reshape(-1)
+        if so.shape[0] != ab.shape[0] or so.shape[0] < 1:
+            raise ValueError(f"probe outcomes of shape {so.shape} do not match absent outcomes {ab.shape}")
+        slot_mean = so.mean(axis=0)
+        absent_mean = float(ab.mean())
+        diff = np.clip(slot_mean - absent_mean, 0.0, None)
+        k = so.shape[1]
+        meta = {
+            "kind": "calibrated",
+            "num_questions": int(so.shape[0]),
+            "slot_mean": slot_mean.tolist(),
+            "absent_mean": absent_mean,
+        }
+        if diff.sum() <= 1e-12:
+            logger.warning("gold-passage probe shows no slot above the gold-absent baseline; using a flat profile")
+            meta["kind"] = "flat-fallback"
+            return cls(np.full(k, 1.0 / k), model=model, template=template, k=k, meta=meta)
+        return cls(diff, model=model, template=template, k=k, meta=meta)
+
+    @classmethod
+    def calibrate(
+        cls,
+        generator: Any,
+        records: Sequence[QARecord],
+        k: int = 10,
+        seed: int = 0,
+        min_questions: int = 1,
+    ) -> PositionProfile:
+        """Measure the profile of ``generator`` with the gold-passage probe (module docstring).
+
+        Each usable record (an answer, a gold passage among its passages) contributes ``k + 1``
+        prompts: its first gold passage at each slot among ``k − 1`` fixed distractors, and the
+        gold-absent prompt (a ``k``-th distractor instead). Distractors are the record's
+        non-gold passages in their given order, padded with other records' non-gold passages
+        (chosen with ``seed``) when a record has fewer than ``k``. All prompts of all
+        questions are scored in one batched :meth:`Generator.score_orderings` call.
+        """
+        if k < 2:
+            raise ValueError(f"calibrating a position profile needs k >= 2 slots, got k={k}")
+        rng = np.random.default_rng(seed)
+        pool: list[Passage] = []
+        for r in records:
+            gold = set(r.gold_ids)
+            pool += [p for p in r.passages if p.id not in gold]
+        questions: list[str] = []
+        passages: list[list[Passage]] = []
+        answers: list[str] = []
+        for r in records:
+            gold = set(r.gold_ids)
+            golds = [p for p in r.passages if p.id in gold]
+            if not r.answers or not golds or not r.answers[0].strip():
+                continue
+            own = [p for p in r.passages if p.id not in gold]
+            if len(own) < k:
+                own_ids = {p.id for p in own}
+                others = list({p.id: p for p in pool if p.id not in gold and p.id not in own_ids}.values())
+                if len(others) < k - len(own):
+                    continue
+                pick = rng.choice(len(others), size=k - len(own), replace=False)
+                own = own + [others[i] for i in sorted(pick.tolist())]
+            questions.append(r.question)
+            passages.append([golds[0]] + own[:k])
+            answers.append(r.answers[0])
+        if len(questions) < min_questions:
+            raise ValueError(
+                f"only {len(questions)} calibration records have an answer, a gold passage and enough "
+                f"distractors for k={k}; pass records with answers and gold_ids (e.g. HotpotQA train)"
+            )
+        # passage 0 = gold, 1..k-1 = fixed distractors, k = the extra distractor for "absent"
+        distract = list(range(1, k))
+        orders = [distract[:j] + [0] + distract[j:] for j in range(k)] + [list(range(1, k + 1))]
+        res = generator.score_orderings(questions, passages, [orders] * len(questions), answers)
+        means = [np.asarray(r.mean, dtype=np.float64) for r in res]
+        slot = np.stack([m[:k] for m in means])
+        absent = np.array([m[k] for m in means])
+        name = getattr(generator, "name", "unknown")
+        tmpl = getattr(getattr(generator, "template", None), "name", "short")
+        return cls.from_probe(slot, absent, model=str(name), template=str(tmpl))
+
+    # ------------------------------------------------------------------ utilities
+    def resized(self, k: int) -> PositionProfile:
+        """This profile for ``k`` slots: linear interpolation over relative position, renormalised."""
+        if k == self.k:
+            return self
+        if k < 1:
+            raise ValueError(f"k must be >= 1, got {k}")
+        if self.k == 1 or k == 1:
+            w = np.ones(k)
+        else:
+            w = np.interp(np.linspace(0.0, 1.0, k), np.linspace(0.0, 1.0, self.k), self.weights)
+        meta = dict(self.meta)
+        meta["resized_from"] = self.k
+        return PositionProfile(w, model=self.model, template=self.template, k=k, meta=meta)
+
+    def slot_order(self) -> list[int]:
+        """Slots from the heaviest to the lightest (ties: earlier slot first)."""
+        return sorted(range(self.k), key=lambda j: (-float(self.weights[j]), j))
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {"weights": self.weights.tolist(), "model": self.model, "template": self.template,
+                "k": self.k, "meta": dict(self.meta)}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> PositionProfile:
+        """Inverse of :meth:`to_dict`."""
+        if "weights" not in d:
+            raise ValueError(f"a profile JSON needs a 'weights' list, got keys {sorted(d)}")
+        return cls(np.asarray(d["weights"], dtype=np.float64), model=str(d.get("model", "none")),
+                   template=str(d.get("template", "short")), k=int(d.get("k", 0)),
+                   meta=dict(d.get("meta") or {}))
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write the profile as JSON (atomically)."""
+        from ragkit.io import atomic_write_text
+
+        atomic_write_text(path, json.dumps(self.to_dict(), indent=2))
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> PositionProfile:
+        """Read a profile written by :meth:`save`."""
+        with open(path, encoding="utf-8") as f:
+            return cls.from_dict(json.load(f))
+
+    def plot(self, path: str | os.PathLike[str], title: str | None = None) -> None:
+        """Save a bar chart of the weights (matplotlib, Agg backend) to ``path`` (PNG)."""
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(figsize=(6, 3.2))
+        x = np.arange(1, self.k + 1)
+        ax.bar(x, self.weights, color="#4477aa")
+        ax.axhline(1.0 / self.k, color="grey", ls="--", lw=1, label="flat")
+        ax.set_xlabel("prompt slot (1 = first passage)")
+        ax.set_ylabel("weight a_j")
+        ax.set_xticks(x)
+        ax.set_title(title or f"position profile: {self.model} ({self.template}, k={self.k})", fontsize=9)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        tmp = f"{os.fspath(path)}.tmp.png"
+        fig.savefig(tmp, dpi=120)
+        plt.close(fig)
+        os.replace(tmp, path)
+
