@@ -77,11 +77,16 @@ def _sha256(path: Path) -> str:
 
 
 def _file_digests(folder: Path) -> dict[str, str]:
-    """SHA-256 of every file under ``folder`` except the manifest (relative posix paths)."""
+    """SHA-256 of every file under ``folder`` except manifests, skipping nested index folders
+    (those carry their own manifest and are verified when they are loaded)."""
+    nested = [p.parent for p in folder.rglob(MANIFEST) if p.parent != folder]
     out: dict[str, str] = {}
     for p in sorted(folder.rglob("*")):
-        if p.is_file() and p.name != MANIFEST:
-            out[p.relative_to(folder).as_posix()] = _sha256(p)
+        if not p.is_file() or p.name == MANIFEST:
+            continue
+        if any(n in p.parents for n in nested):
+            continue
+        out[p.relative_to(folder).as_posix()] = _sha256(p)
     return out
 
 

@@ -292,6 +292,7 @@ class BM25Retriever(Retriever):
     def _from_saved(cls, folder: Path, manifest: dict[str, Any], passages: list[Passage],
                     **kwargs: Any) -> BM25Retriever:
         params = dict(manifest.get("params") or {})
+        kwargs.pop("model", None)  # an embedder choice is irrelevant to a lexical index
         params.update(kwargs)
         try:
             obj = cls(**params)

@@ -1,0 +1,156 @@
+"""Hybrid retrieval: fuse the rankings of several retrievers (typically BM25 + dense).
+
+Each sub-retriever returns its top ``depth`` passages per query; the lists are fused with
+
+* ``rrf`` -- reciprocal rank fusion (Cormack, Clarke & Büttcher, SIGIR 2009)::
+
+      score(d) = sum_r w_r / (k + rank_r(d)),   rank 1-based, k = 60, w_r = 1 by default
+
+* ``minmax`` -- min-max weighted score fusion (Fox & Shaw, TREC-2 1993)::
+
+      score(d) = sum_r w_r * (s_r(d) - min_r) / (max_r - min_r)
+
+A document that a sub-retriever did not return contributes 0 for that retriever. The fusion
+functions live in :mod:`ragkit.retrievers.fusion`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ragkit.retrievers.base import (
+    IndexFormatError,
+    Retriever,
+    load_retriever,
+    register_retriever,
+)
+from ragkit.retrievers.fusion import fuse
+from ragkit.types import Passage, Query
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["HybridRetriever"]
+
+_SUB_OPTIONS = {
+    "dense": {"model", "device", "batch_size", "nprobe", "ef_search", "use_gpu", "show_progress"},
+    "bm25": {"n_threads", "scoring_backend", "show_progress"},
+}
+
+
+@register_retriever
+class HybridRetriever(Retriever):
+    """Fusion of several retrievers (formulas in the module docstring).
+
+    Parameters
+    ----------
+    retrievers
+        The sub-retrievers (indexed or not). ``None`` = ``[BM25Retriever(), DenseRetriever()]``
+        with their defaults (the embedded MiniLM encoder).
+    method
+        ``"rrf"`` or ``"minmax"``.
+    weights
+        One weight per retriever (default: all 1).
+    rrf_k
+        The RRF constant ``k``.
+    depth
+        How many hits each sub-retriever contributes per query (at least the requested ``k``).
+    """
+
+    kind = "hybrid"
+
+    def __init__(
+        self,
+        retrievers: Sequence[Retriever] | None = None,
+        method: str = "rrf",
+        weights: Sequence[float] | None = None,
+        rrf_k: int = 60,
+        depth: int = 100,
+    ) -> None:
+        super().__init__()
+        if retrievers is None:
+            from ragkit.retrievers.bm25 import BM25Retriever
+            from ragkit.retrievers.dense import DenseRetriever
+
+            retrievers = [BM25Retriever(), DenseRetriever()]
+        retrievers = list(retrievers)
+        if not retrievers:
+            raise ValueError("HybridRetriever needs at least one retriever")
+        if not all(isinstance(r, Retriever) for r in retrievers):
+            raise ValueError("HybridRetriever takes Retriever objects")
+        if method not in ("rrf", "minmax"):
+            raise ValueError(f"unknown fusion method {method!r}; use 'rrf' or 'minmax'")
+        if weights is not None and len(weights) != len(retrievers):
+            raise ValueError(f"{len(retrievers)} retrievers but {len(weights)} weights")
+        if rrf_k <= 0 or depth <= 0:
+            raise ValueError("rrf_k and depth must be positive")
+        self.retrievers = retrievers
+        self.method = method
+        self.weights = None if weights is None else [float(w) for w in weights]
+        self.rrf_k = int(rrf_k)
+        self.depth = int(depth)
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return {"method": self.method, "weights": self.weights, "rrf_k": self.rrf_k,
+                "depth": self.depth}
+
+    def _manifest_extra(self) -> dict[str, Any]:
+        return {"retrievers": [{"dir": f"retriever_{i}", "kind": r.kind}
+                               for i, r in enumerate(self.retrievers)]}
+
+    def _build(self, passages: list[Passage]) -> None:
+        for r in self.retrievers:
+            r.index(passages)
+
+    def _add(self, passages: list[Passage]) -> None:
+        for r in self.retrievers:
+            r.add(passages)
+
+    def _search(self, queries: list[Query], k: int) -> list[tuple[np.ndarray, np.ndarray]]:
+        depth = max(k, self.depth)
+        runs = []
+        for r in self.retrievers:
+            lists = r.search(queries, k=depth)
+            if self.method == "rrf":
+                # rank-only run: strictly decreasing pseudo-scores keep the retriever's order
+                runs.append({str(i): rl.to_run_dict() for i, rl in enumerate(lists)})
+            else:
+                runs.append({str(i): {h.id: h.score for h in rl} for i, rl in enumerate(lists)})
+        fused = fuse(runs, method=self.method, weights=self.weights, k=self.rrf_k)
+        out = []
+        for i in range(len(queries)):
+            res = fused[str(i)]
+            pos = np.fromiter((self._pos[d] for d in res), dtype=np.int64, count=len(res))
+            sc = np.fromiter(res.values(), dtype=np.float64, count=len(res))
+            order = np.lexsort((pos, -sc))[:k]
+            out.append((pos[order], sc[order]))
+        return out
+
+    def _save_files(self, folder: Path) -> None:
+        for i, r in enumerate(self.retrievers):
+            sub = folder / f"retriever_{i}"
+            sub.mkdir()
+            r._write_into(sub)
+
+    @classmethod
+    def _from_saved(cls, folder: Path, manifest: dict[str, Any], passages: list[Passage],
+                    **kwargs: Any) -> HybridRetriever:
+        entries = manifest.get("retrievers") or []
+        if not entries:
+            raise IndexFormatError(f"index {folder} is damaged: no sub-retrievers listed")
+        subs = []
+        for e in entries:
+            opts = {k: v for k, v in kwargs.items() if k in _SUB_OPTIONS.get(e["kind"], set(kwargs))}
+            sub = load_retriever(folder / e["dir"], **opts)
+            if [p.id for p in sub.passages] != [p.id for p in passages]:
+                raise IndexFormatError(
+                    f"index {folder} is damaged: {e['dir']} indexes other passages; rebuild it"
+                )
+            subs.append(sub)
+        params = dict(manifest.get("params") or {})
+        return cls(retrievers=subs, **params)
