@@ -1,0 +1,136 @@
+"""MoI, its baselines and the reranker on the tiny random LM (real Generator, no mocks)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ragkit.debias import METHOD_NAMES, MoI, MoIReranker, PositionProfile, get_method
+from ragkit.debias.baselines import (
+    answer_support,
+    borda,
+    both_ends_order,
+    per_ordering_rankings,
+    reverse_order,
+    rrf,
+    vote,
+)
+from ragkit.debias.designs import cyclic
+from ragkit.types import Passage, QARecord
+
+
+@pytest.fixture(scope="module")
+def gen(tiny_lm_dir):
+    from ragkit.generation import Generator
+
+    return Generator(model=str(tiny_lm_dir), batch_size=16, max_length=1024, show_progress=False)
+
+
+def _passages(k: int) -> list[Passage]:
+    words = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot"]
+    return [Passage(id=f"d{i}", title=f"T{i}", text=f"{words[i % 6]} is a word number {i}.") for i in range(k)]
+
+
+# ------------------------------------------------------------------ baselines (hand-computed)
+def test_both_ends_and_reverse() -> None:
+    assert both_ends_order([0, 1, 2, 3, 4]) == [0, 2, 4, 3, 1]
+    assert both_ends_order([3, 1, 0, 2]) == [3, 0, 2, 1]
+    assert reverse_order(3) == [2, 1, 0]
+
+
+def test_borda_and_rrf_hand_computed() -> None:
+    rankings = [[0, 1, 2], [1, 0, 2], [1, 2, 0]]
+    # ranks: p0 -> 0,1,2 ; p1 -> 1,0,0 ; p2 -> 2,2,1 ; Borda = Σ (k-1-r)
+    assert borda(rankings, 3).tolist() == [3.0, 5.0, 1.0]
+    exp = [1 / 61 + 1 / 62 + 1 / 63, 1 / 62 + 1 / 61 + 1 / 61, 1 / 63 + 1 / 63 + 1 / 62]
+    assert np.allclose(rrf(rankings, 3), exp)
+    with pytest.raises(ValueError, match="permutation"):
+        borda([[0, 0, 1]], 3)
+
+
+def test_vote_and_support() -> None:
+    assert vote(["The Beatles", "beatles", "Queen", ""]) == "The Beatles"
+    assert vote(["a cat", "dog", "Dog", "cat"]) == "a cat"  # tie -> first seen
+    assert vote(["", " "]) == ""
+    ps = [Passage("a", "The Beatles were a band."), Passage("b", "Queen too.")]
+    assert answer_support("the Beatles", ps).tolist() == [1.0, 0.0]
+    # ordering 1 shows b first; both have zero support for "zebra" -> slot order decides
+    rks = per_ordering_rankings(["Beatles", "zebra"], ps, [[0, 1], [1, 0]])
+    assert rks == [[0, 1], [1, 0]]
+
+
+# ------------------------------------------------------------------ tiny LM end to end
+def test_moi_reranker_permutation(gen) -> None:
+    ps = _passages(5)
+    rr = MoIReranker(gen, generate_answer=True)
+    ranked = rr.rank("Which word is number 3?", ps, scores=[5, 4, 3, 2, 1])
+    assert sorted(ranked.ids()) == sorted(p.id for p in ps)
+    res = rr.last_results[0]
+    assert sorted(res.order) == list(range(5)) and len(res.orderings) == 5
+    assert res.answer is not None
+    assert res.generator_calls >= 5 + 1  # 5 generations (+ scorings unless all answers are empty) + 1 final
+    many = rr.rank_many(["q one?", "q two?"], [ps, ps[:3]])
+    assert [len(r) for r in many] == [5, 3]
+
+
+@pytest.mark.parametrize("outcome", ["gold", "confidence"])
+def test_moi_outcomes(gen, outcome) -> None:
+    moi = MoI(gen, design="prior", budget=3, outcome=outcome, profile=PositionProfile.flat(4))
+    res = moi.run_many(["Which word is number 1?"], [_passages(4)], answers_list=[["bravo"]],
+                       generate_answer=False)
+    assert len(res[0].outcomes) == 3 and np.all(np.isfinite(res[0].outcomes))
+    assert sorted(res[0].ranking.ids()) == [f"d{i}" for i in range(4)]
+
+
+def test_gold_outcome_needs_answers(gen) -> None:
+    with pytest.raises(ValueError, match="reference answer"):
+        MoI(gen, outcome="gold").run_many(["q?"], [_passages(3)], generate_answer=False)
+
+
+def test_all_methods_run(gen) -> None:
+    ps = _passages(4)
+    for name in METHOD_NAMES:
+        m = get_method(name, gen, max_new_tokens=4)
+        outs = m.run_many(["Which word is number 2?", "Name a word?"], [ps, ps[:2]],
+                          answers=[["charlie"], ["alpha"]])
+        for o, p in zip(outs, [ps, ps[:2]]):
+            assert sorted(o.order) == list(range(len(p))), name
+            assert sorted(o.ranking.ids()) == sorted(x.id for x in p), name
+            assert o.answer is not None and o.generator_calls >= 1, name
+    with pytest.raises(ValueError, match="unknown method"):
+        get_method("rankgpt", gen)
+
+
+def test_passages_longer_than_context(gen) -> None:
+    from ragkit.generation import Generator
+
+    small = Generator.from_components(gen.model, gen.tokenizer, max_length=420, show_progress=False)
+    ps = _passages(3) + [Passage("long", "word " * 2000)]
+    res = MoI(small, design="prior", budget=2).run_many(["q?"], [ps])
+    assert sorted(res[0].order) == [0, 1, 2, 3] and res[0].answer is not None
+
+
+def test_calibrate_without_position_signal_is_flat(gen) -> None:
+    """Gold and distractors identical -> every ordering is the same prompt -> flat profile."""
+    same = [Passage(f"p{i}", "the same text") for i in range(6)]
+    recs = [QARecord(id=str(i), question="what text?", answers=("same",), passages=tuple(same),
+                     gold_ids=("p0",)) for i in range(2)]
+    prof = PositionProfile.calibrate(gen, recs, k=4)
+    assert np.allclose(prof.weights, 0.25) and prof.k == 4
+
+
+def test_calibrate_real_probe(gen) -> None:
+    recs = [QARecord(id=str(i), question=f"Which word is number {i}?", answers=("bravo",),
+                     passages=tuple(_passages(6)), gold_ids=("d1",)) for i in range(2)]
+    prof = PositionProfile.calibrate(gen, recs, k=5)
+    assert prof.k == 5 and np.isclose(prof.weights.sum(), 1.0) and prof.meta["num_questions"] == 2
+    assert len(prof.meta.get("slot_mean", [])) in (0, 5)
+    with pytest.raises(ValueError, match="k >= 2"):
+        PositionProfile.calibrate(gen, recs, k=1)
+    with pytest.raises(ValueError, match="calibration records"):
+        PositionProfile.calibrate(gen, [QARecord(id="x", question="q?", passages=tuple(_passages(3)))], k=3)
+
+
+def test_cyclic_design_sizes(gen) -> None:
+    res = MoI(gen, design="cyclic", outcome="confidence").run_many(["q?"], [_passages(3)], generate_answer=False)
+    assert res[0].orderings == cyclic(3)
