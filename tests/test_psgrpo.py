@@ -109,3 +109,38 @@ def test_tiny_model_trains_end_to_end(tiny_lm_dir, tmp_path) -> None:
     a = load_file(str(tiny_lm_dir / "model.safetensors"))
     b = load_file(str(out / "final" / "model.safetensors"))
     assert any(not np.allclose(a[k], b[k]) for k in a if k in b)
+
+
+def test_cli_parses_and_rejects_bad_input(tmp_path) -> None:
+    from ragkit.cli import build_parser
+
+    p = build_parser()
+    args = p.parse_args(["train", "psgrpo", "--data-file", "x.jsonl", "--model", "m", "--paraphrases", "3",
+                         "--generations", "2", "--output-dir", str(tmp_path), "--max-steps", "1", "--beta", "0.1",
+                         "--epsilon", "0.3", "--kappa", "2", "--reward", "rougel", "--gold-weight", "0.25",
+                         "--lr", "1e-5", "--resume"])
+    assert (args.paraphrases, args.generations, args.beta, args.epsilon, args.kappa, args.reward,
+            args.gold_weight, args.lr, args.resume) == (3, 2, 0.1, 0.3, 2, "rougel", 0.25, 1e-5, True)
+    with pytest.raises(FileNotFoundError):
+        args.func(args)
+    args.paraphrases = 1
+    with pytest.raises(ValueError, match="paraphrases"):
+        args.func(args)
+
+
+def test_load_training_records_formats(tmp_path) -> None:
+    from ragkit.training.psgrpo import load_training_records
+
+    qa = tmp_path / "qa.jsonl"
+    qa.write_text(json.dumps({"id": "1", "question": "Who?", "answers": ["Bob"],
+                              "passages": [{"id": "p", "text": "Bob did."}]}) + "\n")
+    recs = load_training_records(qa)
+    assert recs[0].answers == ("Bob",) and recs[0].passages[0].id == "p"
+    sets = build_paraphrase_sets(recs, RuleParaphraser(), n=2)
+    ps = tmp_path / "sets.jsonl"
+    ps.write_text("\n".join(json.dumps(s.to_dict()) for s in sets) + "\n")
+    assert load_training_records(ps) == sets
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"q": 1}) + "\n")
+    with pytest.raises(ValueError, match="question"):
+        load_training_records(bad)

@@ -1,0 +1,126 @@
+"""PS-GRPO benchmarks: group-reward cost (exact vs kappa/s approximation) and one training step.
+
+1. Reward computation time of :func:`ragkit.training.rewards.group_similarity_rewards` (exact,
+   ``n g (n-1) g`` comparisons) vs :func:`approx_group_similarity_rewards` (``n g kappa s``),
+   BLEU-2, on synthetic short-answer rollouts (answers drawn from a pool of HotpotQA gold
+   answers with random extra words), for several (n, g); also the mean absolute deviation of
+   the approximation from the exact reward.
+2. One-step PS-GRPO throughput on TRL's GRPOTrainer (CPU, ``use_vllm=False``): wall time of an
+   optimisation step and rollout (completion) tokens per second, with the tiny random model
+   (``--model tiny``, default) or the embedded SmolLM2 (``--model default``).
+
+Usage::
+
+    python benchmarks/psgrpo.py --out benchmarks/results/psgrpo-cpu.json [--model default]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _rollouts(n: int, g: int, rng: np.random.Generator, pool: list[str]) -> list[list[str]]:
+    extra = ["the", "city", "of", "in", "American", "film", "band", "1990", "yes"]
+    out = []
+    for _ in range(n):
+        row = []
+        for _ in range(g):
+            a = pool[int(rng.integers(len(pool)))]
+            if rng.random() < 0.5:
+                a = a + " " + " ".join(rng.choice(extra, size=int(rng.integers(1, 4))))
+            row.append(a)
+        out.append(row)
+    return out
+
+
+def bench_rewards(configs: list[tuple[int, int]], kappa: int, s: int, repeats: int) -> list[dict]:
+    from ragkit.eval.datasets import sample_records
+    from ragkit.training.rewards import approx_group_similarity_rewards, group_similarity_rewards
+
+    pool = sorted({a for r in sample_records() for a in r.answers})[:40] or ["Paris", "London"]
+    rng = np.random.default_rng(0)
+    rows = []
+    for n, g in configs:
+        sets = [_rollouts(n, g, rng, pool) for _ in range(repeats)]
+        t0 = time.perf_counter()
+        exact = [group_similarity_rewards(r, return_count=True) for r in sets]
+        te = (time.perf_counter() - t0) / repeats
+        t0 = time.perf_counter()
+        approx = [approx_group_similarity_rewards(r, kappa=kappa, s=s, rng=rng) for r in sets]
+        ta = (time.perf_counter() - t0) / repeats
+        mad = float(np.mean([np.mean(np.abs(a[0] - e[0])) for a, e in zip(approx, exact)]))
+        rows.append({"n": n, "g": g, "kappa": kappa, "s": s,
+                     "exact_comparisons": exact[0][1], "approx_comparisons": approx[0][1],
+                     "exact_ms": te * 1e3, "approx_ms": ta * 1e3, "speedup": te / ta,
+                     "mean_abs_dev_from_exact": mad})
+    return rows
+
+
+def bench_step(model: str, steps: int, n: int, g: int, max_new: int) -> dict:
+    from ragkit.eval.datasets import sample_records
+    from ragkit.training.paraphrase import RuleParaphraser, build_paraphrase_sets
+    from ragkit.training.psgrpo import PSGRPOSettings, select_passages, train_psgrpo
+
+    tmp = Path(tempfile.mkdtemp(prefix="psgrpo-bench-"))
+    if model == "tiny":
+        sys.path.insert(0, str(ROOT / "tests"))
+        from conftest import build_tiny_lm  # the test fixture's builder (random 2-layer Llama)
+
+        path: str | None = str(build_tiny_lm(tmp / "tiny"))
+        label = "tiny random 2-layer Llama (hidden 32)"
+    else:
+        path = None
+        label = "SmolLM2-135M-Instruct (embedded)"
+    recs = sample_records(max(steps, 2))
+    sets = build_paraphrase_sets(recs, RuleParaphraser(seed=0), n=n - 1,
+                                 passage_filter=lambda r: select_passages(r, 2))
+    st = PSGRPOSettings(n=n, g=g, max_steps=steps, beta=0.04, epsilon=0.2, kappa=3,
+                        max_completion_length=max_new, learning_rate=1e-5, save_steps=10_000,
+                        extra={"mask_truncated_completions": False})
+    summ = train_psgrpo(sets, path, tmp / "run", st, passage_max_tokens=48, device="cpu")
+    return {"model": label, "steps": summ["steps"], "n": n, "g": g, "max_completion_length": max_new,
+            "rollouts_per_step": n * g, "wall_s": summ["wall_s"], "s_per_step": summ["wall_s"] / summ["steps"],
+            "rollout_tokens": summ["rollout_tokens"],
+            "rollout_tokens_per_s": summ["rollout_tokens"] / summ["wall_s"]}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description="PS-GRPO reward and step benchmarks")
+    ap.add_argument("--out", required=True, help="JSON result file")
+    ap.add_argument("--model", default="tiny", help="'tiny' (random test model) or 'default' (SmolLM2)")
+    ap.add_argument("--steps", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=20)
+    ap.add_argument("--skip-step", action="store_true")
+    args = ap.parse_args()
+    import torch
+
+    res: dict = {"machine": f"CPU ({platform.processor() or platform.machine()}), "
+                            f"{torch.get_num_threads()} torch threads, shared with other jobs",
+                 "rewards": bench_rewards([(6, 4), (16, 4), (16, 8)], kappa=3, s=1, repeats=args.repeats)}
+    print(f"{'n':>3} {'g':>3} {'exact cmp':>9} {'approx cmp':>10} {'exact ms':>9} {'approx ms':>9} {'speedup':>7} {'MAD':>6}")
+    for r in res["rewards"]:
+        print(f"{r['n']:>3} {r['g']:>3} {r['exact_comparisons']:>9} {r['approx_comparisons']:>10} "
+              f"{r['exact_ms']:>9.2f} {r['approx_ms']:>9.2f} {r['speedup']:>7.1f} {r['mean_abs_dev_from_exact']:>6.3f}")
+    if not args.skip_step:
+        res["step"] = bench_step(args.model, args.steps, n=4, g=4, max_new=12)
+        st = res["step"]
+        print(f"\none PS-GRPO step ({st['model']}, n=4, g=4): {st['s_per_step']:.2f} s/step, "
+              f"{st['rollout_tokens_per_s']:.1f} rollout tokens/s")
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    from ragkit.io import atomic_write_text
+
+    atomic_write_text(args.out, json.dumps(res, indent=2))
+
+
+if __name__ == "__main__":
+    main()
