@@ -251,3 +251,43 @@ def test_cli_errors(tmp_path: Path, capsys) -> None:
     assert "needs --labels" in capsys.readouterr().err
     assert main(["distill", "--labels", str(tmp_path / "none.jsonl"), "--out", str(tmp_path / "o")]) == 1
     assert "no such label file" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------- label generation
+def _tiny_records() -> list:
+    from ragkit.types import QARecord
+
+    ps = [Passage(id=f"p{i}", title=f"T{i}", text=t) for i, t in
+          enumerate(["Paris is the capital of France.", "The dog barks.", "Rome is in Italy."])]
+    return [
+        QARecord(id="a", question="What is the capital of France?", answers=("Paris",), passages=tuple(ps)),
+        QARecord(id="b", question="Where is Rome?", answers=("Italy",), passages=tuple(ps[::-1]),
+                 gold_ids=("p2",)),
+        QARecord(id="c", question="No answer here?", answers=(), passages=tuple(ps)),  # unusable
+    ]
+
+
+def test_generate_labels_is_resumable(tiny_lm_dir: Path, tmp_path: Path) -> None:
+    pytest.importorskip("ragkit.debias.moi")
+    from ragkit.generation import Generator
+    from ragkit.training.labels import generate_labels
+
+    gen = Generator(model=str(tiny_lm_dir), device="cpu", show_progress=False)
+    out = tmp_path / "labels.jsonl"
+    recs = _tiny_records()
+    s1 = generate_labels(gen, recs[:1], out, batch_queries=2, show_progress=False)
+    assert (s1.written, s1.skipped_existing) == (1, 0)
+    s2 = generate_labels(gen, recs, out, batch_queries=2, show_progress=False)
+    assert (s2.written, s2.skipped_existing, s2.skipped_unusable) == (1, 1, 1)
+    labs = read_labels(out)
+    assert [lab.qid for lab in labs] == ["a", "b"]
+    for lab, rec in zip(labs, recs):
+        assert list(lab.passage_ids) == [p.id for p in rec.passages]
+        assert len(lab.u) == 3 and all(np.isfinite(lab.u))
+        assert lab.outcome == "gold" and lab.design == "cyclic" and lab.generator_calls >= 3
+        assert lab.ranking[0] == lab.passage_ids[int(np.argmax(lab.u))]
+    assert labs[1].gold_ids == ("p2",)
+    s3 = generate_labels(gen, recs, out, show_progress=False)
+    assert s3.written == 0 and len(read_labels(out)) == 2
+    s4 = generate_labels(gen, recs[1:2], out, resume=False, show_progress=False)
+    assert s4.written == 1 and [lab.qid for lab in read_labels(out)] == ["b"]
