@@ -268,8 +268,11 @@ def _get_method(name: str, generator: Any, cfg: EvalConfig) -> Any:
 
     kw = dict(cfg.method_kwargs.get(name, {}))
     params = inspect.signature(get_method).parameters
-    if "seed" in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+    var_kw = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    if "seed" in params or var_kw:
         kw.setdefault("seed", cfg.seed)
+    if "max_new_tokens" in params or var_kw:
+        kw.setdefault("max_new_tokens", cfg.max_new_tokens)
     return get_method(name, generator, **kw)
 
 
