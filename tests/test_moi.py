@@ -62,7 +62,7 @@ def test_vote_and_support() -> None:
 # ------------------------------------------------------------------ tiny LM end to end
 def test_moi_reranker_permutation(gen) -> None:
     ps = _passages(5)
-    rr = MoIReranker(gen, generate_answer=True)
+    rr = MoIReranker(gen, generate_answer=True, max_new_tokens=3)
     ranked = rr.rank("Which word is number 3?", ps, scores=[5, 4, 3, 2, 1])
     assert sorted(ranked.ids()) == sorted(p.id for p in ps)
     res = rr.last_results[0]
@@ -88,9 +88,9 @@ def test_gold_outcome_needs_answers(gen) -> None:
 
 
 def test_all_methods_run(gen) -> None:
-    ps = _passages(4)
+    ps = _passages(3)
     for name in METHOD_NAMES:
-        m = get_method(name, gen, max_new_tokens=4)
+        m = get_method(name, gen, max_new_tokens=2)
         outs = m.run_many(["Which word is number 2?", "Name a word?"], [ps, ps[:2]],
                           answers=[["charlie"], ["alpha"]])
         for o, p in zip(outs, [ps, ps[:2]]):
@@ -106,7 +106,7 @@ def test_passages_longer_than_context(gen) -> None:
 
     small = Generator.from_components(gen.model, gen.tokenizer, max_length=420, show_progress=False)
     ps = _passages(3) + [Passage("long", "word " * 2000)]
-    res = MoI(small, design="prior", budget=2).run_many(["q?"], [ps])
+    res = MoI(small, design="prior", budget=2, max_new_tokens=2).run_many(["q?"], [ps])
     assert sorted(res[0].order) == [0, 1, 2, 3] and res[0].answer is not None
 
 
@@ -132,5 +132,5 @@ def test_calibrate_real_probe(gen) -> None:
 
 
 def test_cyclic_design_sizes(gen) -> None:
-    res = MoI(gen, design="cyclic", outcome="confidence").run_many(["q?"], [_passages(3)], generate_answer=False)
+    res = MoI(gen, design="cyclic", outcome="confidence", max_new_tokens=2).run_many(["q?"], [_passages(3)], generate_answer=False)
     assert res[0].orderings == cyclic(3)

@@ -28,6 +28,8 @@ class MoIReranker(Reranker):
         A :class:`ragkit.generation.Generator`.
     design, budget, outcome, profile, lam, placement, seed
         As in :class:`ragkit.debias.MoI` (defaults: cyclic, M = k, ``consensus``, recency profile).
+    max_new_tokens
+        Length of the per-ordering (and final) answers.
     generate_answer
         Also generate the final answer from the bias-aware order (in ``last_results``).
 
@@ -49,9 +51,10 @@ class MoIReranker(Reranker):
         placement: str = "bias_aware",
         seed: int = 0,
         generate_answer: bool = False,
+        max_new_tokens: int = 16,
     ) -> None:
         self.moi = MoI(generator, design=design, budget=budget, outcome=outcome, lam=lam, profile=profile,
-                       placement=placement, seed=seed)
+                       placement=placement, seed=seed, max_new_tokens=max_new_tokens)
         self.generate_answer = generate_answer
         self.last_results: list[MoIResult] = []
 
