@@ -103,13 +103,13 @@ def test_approximation_is_unbiased() -> None:
     rolls = _random_rollouts(6, 4, seed=3)
     exact = group_similarity_rewards(rolls)
     rng = np.random.default_rng(0)
-    draws = 3000
+    draws = 1500
     acc = np.zeros_like(exact)
     for _ in range(draws):
         acc += approx_group_similarity_rewards(rolls, kappa=2, s=1, rng=rng)[0]
     mean = acc / draws
-    # standard error of a mean of 3000 draws of values in [0, 1] is <= 0.5/sqrt(3000) ~ 0.009
-    assert np.max(np.abs(mean - exact)) < 0.04
+    # standard error of a mean of 1500 draws of values in [0, 1] is <= 0.5/sqrt(1500) ~ 0.013
+    assert np.max(np.abs(mean - exact)) < 0.05
     # and the approximation is not trivially exact: single draws vary
     one = [approx_group_similarity_rewards(rolls, kappa=2, s=1, rng=k)[0] for k in range(5)]
     assert any(not np.allclose(one[0], o) for o in one[1:])
