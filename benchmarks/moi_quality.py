@@ -29,8 +29,37 @@ from typing import Any
 
 import numpy as np
 
-DEFAULT_METHODS = ("none", "reverse", "both_ends", "random", "voting", "psc_borda", "moi", "moi_prior",
+DEFAULT_METHODS = ("none", "reverse", "both_ends", "random", "voting", "psc_borda", "psc_rrf", "moi", "moi_prior",
                    "moi_confidence", "moi_gold")
+
+
+class SharedGenerations:
+    """Delegates to a Generator but memoises ``generate`` by (prompt, settings).
+
+    Greedy decoding is deterministic, so voting, PSC and MoI (same cyclic orderings, same
+    prompts) get identical per-ordering answers whether or not they are shared; sharing only
+    saves wall time on a loaded CPU. ``generator_calls`` still count every sequence a method
+    needs on its own; the seconds of later methods exclude the shared generations.
+    """
+
+    def __init__(self, gen: Any) -> None:
+        self._gen = gen
+        self._memo: dict[tuple[Any, ...], str] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._gen, name)
+
+    def generate(self, prompts: list[str], max_new_tokens: int = 32, stop: Any = None,
+                 temperature: float = 0.0, **kw: Any) -> list[str]:
+        if temperature != 0.0 or kw.get("n", 1) != 1:
+            return self._gen.generate(prompts, max_new_tokens=max_new_tokens, stop=stop,
+                                      temperature=temperature, **kw)
+        key = (max_new_tokens, tuple(stop or ()))
+        todo = list(dict.fromkeys(p for p in prompts if (p, *key) not in self._memo))
+        if todo:
+            for p, o in zip(todo, self._gen.generate(todo, max_new_tokens=max_new_tokens, stop=stop)):
+                self._memo[(p, *key)] = o
+        return [self._memo[(p, *key)] for p in prompts]
 
 
 def summarise(rows: list[dict[str, Any]], methods: list[str]) -> dict[str, dict[str, float]]:
@@ -59,7 +88,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--calibrate", type=int, default=0,
                     help="calibrate the profile on N questions of --calib-data first (0: use the default)")
     ap.add_argument("--calib-data", default="/work/shared/data/hotpotqa/train.jsonl")
-    ap.add_argument("--max-new-tokens", type=int, default=12)
+    ap.add_argument("--max-new-tokens", type=int, default=10)
+    ap.add_argument("--no-share", action="store_true",
+                    help="do not share identical greedy generations between methods (slower, same results)")
     ap.add_argument("--time-budget", type=float, default=None, help="stop after this many seconds")
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--out", required=True)
@@ -89,7 +120,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         profile = PositionProfile.recency(10, model=gen.name)
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
-    runners = {m: get_method(m, gen, max_new_tokens=args.max_new_tokens,
+    shared = gen if args.no_share else SharedGenerations(gen)
+    runners = {m: get_method(m, shared, max_new_tokens=args.max_new_tokens,
                              **({"profile": profile} if m.startswith("moi") else {})) for m in methods}
     rows: list[dict[str, Any]] = []
 
@@ -99,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
             "data": args.data, "offset": args.offset, "limit": args.limit,
             "questions_done": sum(all(m in r["methods"] for m in methods) for r in rows),
             "generator": gen.name, "template": gen.template.name, "passage_tokens": args.passage_tokens,
-            "k": 10, "max_new_tokens": args.max_new_tokens,
+            "k": 10, "max_new_tokens": args.max_new_tokens, "shared_generations": not args.no_share,
             "profile": profile.to_dict(), "calibration_seconds": calib_s,
             "machine": {"platform": platform.platform(), "cpu_count": os.cpu_count(),
                         "torch_threads": torch.get_num_threads(), "python": sys.version.split()[0]},
@@ -130,7 +162,8 @@ def main(argv: list[str] | None = None) -> int:
         write(False)
         print(f"[{i + 1}/{len(records)}] {time.perf_counter() - t_start:.0f}s", file=sys.stderr, flush=True)
     result = write(True)
-    print(f"{'method':<16}{'MRR@10':>8}{'R@2':>7}{'EM':>7}{'F1':>7}{'calls/q':>9}{'s/q':>8}   n={result['questions_done']}")
+    head = f"{'method':<16}{'MRR@10':>8}{'R@2':>7}{'EM':>7}{'F1':>7}{'calls/q':>9}{'s/q':>8}"
+    print(f"{head}   n={result['questions_done']}")
     for m, s in result["summary"].items():
         print(f"{m:<16}{s['mrr@10']:>8.3f}{s['recall@2']:>7.3f}{s['em']:>7.3f}{s['f1']:>7.3f}"
               f"{s['generator_calls']:>9.1f}{s['seconds']:>8.1f}")

@@ -132,5 +132,6 @@ def test_calibrate_real_probe(gen) -> None:
 
 
 def test_cyclic_design_sizes(gen) -> None:
-    res = MoI(gen, design="cyclic", outcome="confidence", max_new_tokens=2).run_many(["q?"], [_passages(3)], generate_answer=False)
+    moi = MoI(gen, design="cyclic", outcome="confidence", max_new_tokens=2)
+    res = moi.run_many(["q?"], [_passages(3)], generate_answer=False)
     assert res[0].orderings == cyclic(3)
