@@ -383,6 +383,9 @@ def run_eval(
     from ragkit.eval.datasets import _canonical
 
     dataset = _canonical(dataset)
+    if cfg.retriever == "given" and any(r.metadata.get("setting") == "fullwiki" for r in recs):
+        logger.warning("HotpotQA fullwiki with --retriever given uses the hub's own context paragraphs; "
+                       "pass --retriever bm25|dense|hybrid to retrieve from the pooled corpus")
     ids = [r.id for r in recs]
     if len(set(ids)) != len(ids):
         raise ValueError("record ids are not unique; the runner keys outputs by (method, id)")
