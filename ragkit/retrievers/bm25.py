@@ -81,6 +81,17 @@ _STOPWORD_LANGS = {
 }
 
 
+def _import_bm25s() -> Any:
+    """Import bm25s; it forces its logger to DEBUG at import, so hand that logger back to the
+    application's logging configuration."""
+    import bm25s
+
+    lg = logging.getLogger("bm25s")
+    if lg.level == logging.DEBUG:
+        lg.setLevel(logging.NOTSET)
+    return bm25s
+
+
 def _resolve_stopwords(stopwords: str | Sequence[str] | None) -> frozenset[str]:
     if stopwords is None or stopwords == "":
         return frozenset()
@@ -91,6 +102,7 @@ def _resolve_stopwords(stopwords: str | Sequence[str] | None) -> frozenset[str]:
                 f"unknown stopword list {stopwords!r}; use one of {sorted(_STOPWORD_LANGS)}, "
                 "a list of words, or None"
             )
+        _import_bm25s()
         import bm25s.stopwords as sw
 
         return frozenset(getattr(sw, _STOPWORD_LANGS[key]))
@@ -227,7 +239,7 @@ class BM25Retriever(Retriever):
 
     # ------------------------------------------------------------------ indexing
     def _new_bm25s(self) -> Any:
-        import bm25s
+        bm25s = _import_bm25s()
 
         method, idf_method = BM25S_METHODS[self.method]
         return bm25s.BM25(k1=self.k1, b=self.b, delta=self.delta, method=method,
@@ -299,7 +311,7 @@ class BM25Retriever(Retriever):
         except TypeError as e:
             raise IndexFormatError(f"{folder}: bad BM25 parameters in the manifest ({e})") from e
         if obj.backend == "bm25s":
-            import bm25s
+            bm25s = _import_bm25s()
 
             try:
                 model = bm25s.BM25.load(str(folder / "bm25s"), allow_pickle=False,

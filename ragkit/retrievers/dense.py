@@ -23,13 +23,14 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ragkit.io import progress_enabled
 from ragkit.models import DEFAULT_EMBEDDER, load_embedder, resolve_embedder_path
-from ragkit.retrievers.base import IndexFormatError, Retriever, register_retriever
+from ragkit.retrievers.base import IndexFormatError, Retriever, check_passages, register_retriever
 from ragkit.types import Passage, Query
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -226,6 +227,27 @@ class DenseRetriever(Retriever):
     def _add(self, passages: list[Passage]) -> None:
         vecs = self.encode_passages(passages)
         self._index.add(vecs)
+
+    def index_vectors(self, passages: Sequence[Passage], vectors: np.ndarray) -> DenseRetriever:
+        """Index precomputed passage vectors (row ``i`` belongs to ``passages[i]``).
+
+        The rows are L2-normalised here. They must come from this retriever's embedder for
+        text queries to make sense; :meth:`search_vectors` works with any query vectors.
+        """
+        ps = check_passages(passages)
+        vecs = np.asarray(vectors, dtype=np.float32)
+        if vecs.ndim != 2 or len(vecs) != len(ps):
+            raise ValueError(
+                f"need one vector row per passage: got shape {vecs.shape} for {len(ps)} passages"
+            )
+        norms = np.linalg.norm(vecs, axis=1, keepdims=True)
+        vecs = np.ascontiguousarray(vecs / np.maximum(norms, 1e-12))
+        self.dimension = int(vecs.shape[1])
+        index = self._new_index(vecs)
+        index.add(vecs)
+        self._index = index
+        self._set_passages(ps)
+        return self
 
     def _search(self, queries: list[Query], k: int) -> list[tuple[np.ndarray, np.ndarray]]:
         qv = self.encode_queries([q.text for q in queries])

