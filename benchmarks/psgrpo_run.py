@@ -90,6 +90,7 @@ def main() -> None:
         result["before"] = evaluate(None, dev, paras, retriever, args.k, args.passage_max_tokens,
                                     args.eval_max_new)
         logging.info("before: %s", {k: v for k, v in result["before"].items() if k != "examples"})
+        _save(args.out, result)  # partial results survive an interrupted run
 
     sets = build_paraphrase_sets(train, RuleParaphraser(seed=0), n=args.n - 1,
                                  passage_filter=lambda r: select_passages(r, args.k))
@@ -103,6 +104,7 @@ def main() -> None:
     result["training"]["consistency_curve"] = [h.get("psgrpo/consistency") for h in hist]
     result["training"]["kl_curve"] = [h.get("kl") for h in hist]
     result["training"]["rollout_tokens_per_s"] = summary["rollout_tokens"] / max(summary["wall_s"], 1e-9)
+    _save(args.out, result)
     result["after"] = evaluate(summary["final_dir"], dev, paras, retriever, args.k, args.passage_max_tokens,
                                args.eval_max_new)
     logging.info("after: %s", {k: v for k, v in result["after"].items() if k != "examples"})
@@ -114,9 +116,13 @@ def main() -> None:
         b = result.get("before", {}).get(k)
         a = result["after"].get(k)
         print(f"{k:28s} {b if b is None else round(b, 4)!s:>8s} {a if a is None else round(a, 4)!s:>8s}")
+    _save(args.out, result)
+
+
+def _save(path: str, result: dict) -> None:
     from ragkit.io import atomic_write_text
 
-    atomic_write_text(args.out, json.dumps(result, indent=2, default=str))
+    atomic_write_text(path, json.dumps(result, indent=2, default=str))
 
 
 if __name__ == "__main__":

@@ -66,7 +66,7 @@ def test_llm_paraphraser_with_tiny_model_fills_up(tiny_lm_dir) -> None:
     if not hasattr(gen_mod, "Generator"):
         pytest.skip("ragkit.generation.Generator has not landed")
     gen = gen_mod.Generator(model=str(tiny_lm_dir), device="cpu", batch_size=4)
-    p = LLMParaphraser(gen, seed=0, temperature=1.0, max_new_tokens=12)
+    p = LLMParaphraser(gen, seed=0, temperature=1.0, max_new_tokens=6)
     out = p.paraphrase(QUESTIONS[:2], 3)
     assert p.paraphrase(QUESTIONS[:2], 3) == out  # seeded
     for q, ps in zip(QUESTIONS, out):
