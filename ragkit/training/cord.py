@@ -501,6 +501,12 @@ class CORDSettings:
         OrderPerturbation(gamma=self.gamma, alpha=self.alpha)
 
 
+def _cuda() -> bool:
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
 def make_training_args(output_dir: str | os.PathLike[str], st: CORDSettings, **overrides: Any) -> TrainingArguments:
     """``TrainingArguments`` for a CORD run (safetensors, no column removal, seeded data order)."""
     import dataclasses
@@ -524,10 +530,12 @@ def make_training_args(output_dir: str | os.PathLike[str], st: CORDSettings, **o
         remove_unused_columns=False,
         dataloader_num_workers=0,
         report_to=[],
-        gradient_checkpointing=st.gradient_checkpointing,
+        dataloader_pin_memory=_cuda(),
         disable_tqdm=bool(os.environ.get("RAGKIT_NO_PROGRESS")),
     )
     fields = {f.name for f in dataclasses.fields(TrainingArguments)}
+    if st.gradient_checkpointing:  # renamed activation_checkpointing in transformers 5
+        kw["activation_checkpointing" if "activation_checkpointing" in fields else "gradient_checkpointing"] = True
     if "save_safetensors" in fields:  # transformers < 5; v5 always writes safetensors
         kw["save_safetensors"] = True
     kw.update(overrides)
