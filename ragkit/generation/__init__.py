@@ -1,1 +1,13 @@
-"""ragkit.generation."""
+"""ragkit.generation: RAG prompts, teacher-forced answer scoring and batched generation.
+
+>>> from ragkit.generation import Generator          # doctest: +SKIP
+>>> gen = Generator()                                 # embedded SmolLM2-135M-Instruct
+>>> gen.score([gen.build_prompt(q, passages)], ["Arthur's Magazine"]).mean
+"""
+
+from __future__ import annotations
+
+from ragkit.generation.generator import Generator, ScoreResult
+from ragkit.generation.prompts import TEMPLATES, PromptTemplate, get_template
+
+__all__ = ["Generator", "ScoreResult", "PromptTemplate", "TEMPLATES", "get_template"]
