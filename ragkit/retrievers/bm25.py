@@ -320,7 +320,8 @@ class BM25Retriever(Retriever):
                 raise IndexFormatError(f"index {folder} is damaged ({e}); rebuild it") from e
             if model.scores.get("num_docs") != len(passages):
                 raise IndexFormatError(
-                    f"index {folder} is damaged: the BM25 matrix has {model.scores.get('num_docs')} "
+                    f"index {folder} is damaged: the BM25 matrix has "
+                    f"{model.scores.get('num_docs')} "
                     f"documents but there are {len(passages)} passages; rebuild it"
                 )
             obj._model = model

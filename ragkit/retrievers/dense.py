@@ -159,7 +159,9 @@ class DenseRetriever(Retriever):
             self._encoder = enc
         return self._encoder
 
-    def encode_passages(self, passages: list[Passage], show_progress: bool | None = None) -> np.ndarray:
+    def encode_passages(
+        self, passages: list[Passage], show_progress: bool | None = None
+    ) -> np.ndarray:
         """Encode passages (``title\\ntext``) into L2-normalised float32 rows, in batches."""
         show = progress_enabled(self.show_progress if show_progress is None else show_progress)
         vecs = self.encoder.encode_document(

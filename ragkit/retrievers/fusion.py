@@ -75,7 +75,9 @@ def min_max_normalize(run: Run) -> dict[str, dict[str, float]]:
     return out
 
 
-def weighted_sum(runs: Sequence[Run], weights: Sequence[float] | None = None) -> dict[str, dict[str, float]]:
+def weighted_sum(
+    runs: Sequence[Run], weights: Sequence[float] | None = None
+) -> dict[str, dict[str, float]]:
     """``score(d) = sum_r w_r * s_r(d)`` with ``s_r(d) = 0`` when run ``r`` missed ``d``."""
     qids = _check_runs(runs)
     w = [1.0] * len(runs) if weights is None else [float(x) for x in weights]
@@ -88,7 +90,9 @@ def weighted_sum(runs: Sequence[Run], weights: Sequence[float] | None = None) ->
     return out
 
 
-def minmax_fusion(runs: Sequence[Run], weights: Sequence[float] | None = None) -> dict[str, dict[str, float]]:
+def minmax_fusion(
+    runs: Sequence[Run], weights: Sequence[float] | None = None
+) -> dict[str, dict[str, float]]:
     """Min-max weighted score fusion (Fox & Shaw, "Combination of Multiple Searches", TREC-2
     1993; normalisation as in Lee, "Analyses of multiple evidence combination", SIGIR 1997)::
 

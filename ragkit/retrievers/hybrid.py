@@ -152,7 +152,8 @@ class HybridRetriever(Retriever):
             raise IndexFormatError(f"index {folder} is damaged: no sub-retrievers listed")
         subs = []
         for e in entries:
-            opts = {k: v for k, v in kwargs.items() if k in _SUB_OPTIONS.get(e["kind"], set(kwargs))}
+            allowed = _SUB_OPTIONS.get(e["kind"], set(kwargs))
+            opts = {k: v for k, v in kwargs.items() if k in allowed}
             sub = load_retriever(folder / e["dir"], **opts)
             if [p.id for p in sub.passages] != [p.id for p in passages]:
                 raise IndexFormatError(
