@@ -182,6 +182,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--passage-max-tokens", type=int, default=60)
     ap.add_argument("--model", default=None, help="generator (default: embedded SmolLM2-135M-Instruct)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--ranking-only-n", type=int, default=0,
+                    help="also rank the first N dev questions with BM25 and the student only (no generator)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
 
@@ -251,6 +253,22 @@ def main(argv: list[str] | None = None) -> int:
             "total_speedup_vs_moi_cyclic": t["total_s_per_query"] / max(s["total_s_per_query"], 1e-9),
             "student_rerank_at_least_10x_cheaper": t["rerank_s_per_query"] >= 10 * s["rerank_s_per_query"],
         }
+    ranking_only: dict[str, Any] | None = None
+    if args.ranking_only_n > 0 and student is not None:
+        more = load_hotpotqa(args.dev_file, args.ranking_only_n)
+        more_retr = {r.id: bm25_order(r) for r in more}
+        qrels = {r.id: list(r.gold_ids) for r in more}
+        t0 = time.perf_counter()
+        ranked = student.rank_many([r.question for r in more], [more_retr[r.id].passages() for r in more])
+        st_s = (time.perf_counter() - t0) / len(more)
+        ranking_only = {
+            "n": len(more),
+            "retriever": ir_metrics(qrels, more_retr, ("mrr@10", "recall@2")),
+            "student": ir_metrics(qrels, {r.id: rl for r, rl in zip(more, ranked)}, ("mrr@10", "recall@2")),
+            "student_rerank_s_per_query": st_s,
+        }
+        print(f"ranking only, first {len(more)} dev questions: retriever {ranking_only['retriever']}, "
+              f"student {ranking_only['student']} ({st_s:.3f} s/query)")
     label_info: dict[str, Any] | None = None
     if args.labels and Path(args.labels).exists():
         from ragkit.training.labels import read_labels
@@ -274,6 +292,7 @@ def main(argv: list[str] | None = None) -> int:
                     "note": "shared 2-core CPU, several other jobs running; ratios within one run only"},
         "methods": table,
         "comparison": comparison,
+        "ranking_only": ranking_only,
         "labels": label_info,
         "student": train_info,
         "command": " ".join([Path(sys.argv[0]).name] + (argv if argv is not None else sys.argv[1:])),

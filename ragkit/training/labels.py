@@ -33,6 +33,7 @@ import json
 import logging
 import math
 import os
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -429,8 +430,6 @@ def generate_labels(
     -------
     LabelStats
     """
-    import time
-
     from ragkit.debias import MoI
 
     if batch_queries < 1:
