@@ -627,6 +627,7 @@ class Generator:
         n: int = 1,
         seed: int = 0,
         top_p: float = 1.0,
+        min_new_tokens: int = 0,
     ) -> list[str] | list[list[str]]:
         """Continue each prompt; greedy when ``temperature == 0``, else nucleus sampling.
 
@@ -635,6 +636,7 @@ class Generator:
         Sampling draws from ``softmax(logits / temperature)`` restricted to the smallest token
         set with probability mass ``>= top_p`` (Holtzman et al., ICLR 2020), with a
         ``torch.Generator`` seeded by ``seed`` (reproducible for the same inputs and batch size).
+        EOS is forbidden for the first ``min_new_tokens`` steps.
 
         Returns
         -------
@@ -671,7 +673,7 @@ class Generator:
             for b in progress(batches, show=self.show_progress, desc="generate", leave=False):
                 idx = [order[j] for j in b]
                 outs = self._decode_batch([p_ids[rows[r][0]] for r in idx], max_new_tokens, stops,
-                                          temperature, top_p, gen)
+                                          temperature, top_p, gen, min_new_tokens)
                 for r, t in zip(idx, outs):
                     texts[r] = t
         if n == 1:
@@ -686,6 +688,7 @@ class Generator:
         temperature: float,
         top_p: float,
         gen: torch.Generator | None,
+        min_new_tokens: int = 0,
     ) -> list[str]:
         import torch
 
@@ -706,7 +709,7 @@ class Generator:
         from transformers import DynamicCache
 
         past = DynamicCache(config=self.model.config)
-        for _ in range(max_new_tokens):
+        for step in range(max_new_tokens):
             if self._decoder is not None:
                 hidden, past = self._hidden(step_ids, step_mask, step_pos, past=past, use_cache=True)
                 logits = self._lm_head(hidden[:, -1]).float()
@@ -717,6 +720,8 @@ class Generator:
                                  past_key_values=past, use_cache=True, logits_to_keep=1)
                 past = out.past_key_values
                 logits = out.logits[:, -1].float()
+            if step < min_new_tokens and self._eos_ids:
+                logits[:, eos] = float("-inf")
             nxt = self._pick(logits, temperature, top_p, gen)
             nxt = torch.where(done, torch.full_like(nxt, self._pad_id), nxt)
             is_eos = torch.isin(nxt, eos) & ~done
@@ -777,20 +782,29 @@ class Generator:
         passages: Sequence[Sequence[Passage | str]],
         max_new_tokens: int = 32,
     ) -> list[str]:
-        """Greedy short answers: build each prompt, generate, keep the first line, trim stop strings."""
+        """Greedy short answers: build each prompt, generate, keep the first line, trim stop strings.
+
+        EOS is forbidden as the first token (small models otherwise often stop at once).
+        """
         questions = list(questions)
         if len(questions) != len(passages):
             raise ValueError(f"answer() got {len(questions)} questions but {len(passages)} passage lists; "
                              "pass one passage list per question")
         prompts = [self.build_prompt(q, ps) for q, ps in zip(questions, passages)]
-        outs = self.generate(prompts, max_new_tokens=max_new_tokens, stop=list(self.template.stop))
+        outs = self.generate(prompts, max_new_tokens=max_new_tokens, stop=list(self.template.stop),
+                             min_new_tokens=1)
         return [self.clean_answer(str(o)) for o in outs]
 
     @staticmethod
     def clean_answer(text: str) -> str:
-        """First non-empty line, without a leading ``"Answer:"`` and surrounding quotes/spaces."""
+        """First non-empty line, without lead-ins (``"Answer:"``, ``"The answer is:"``, ``"[3]"``)
+        and surrounding quotes/spaces."""
+        import re
+
         lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
         first = lines[0] if lines else ""
-        if first.lower().startswith("answer:"):
-            first = first[7:].strip()
+        lead = re.compile(r"^\s*(?:(?:the\s+)?answer(?:\s+is)?\s*:?|a\s*:|\[\d+\])\s*", re.IGNORECASE)
+        prev = None
+        while prev != first:
+            prev, first = first, lead.sub("", first, count=1)
         return first.strip().strip('"').strip()
