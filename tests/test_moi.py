@@ -87,9 +87,13 @@ def test_gold_outcome_needs_answers(gen) -> None:
         MoI(gen, outcome="gold").run_many(["q?"], [_passages(3)], generate_answer=False)
 
 
-def test_all_methods_run(gen) -> None:
+FAST_METHODS = ("none", "both_ends", "psc_rrf", "moi_prior", "moi_gold")
+
+
+@pytest.mark.parametrize("names", [FAST_METHODS, pytest.param(METHOD_NAMES, marks=pytest.mark.slow)])
+def test_methods_run(gen, names) -> None:
     ps = _passages(3)
-    for name in METHOD_NAMES:
+    for name in names:
         m = get_method(name, gen, max_new_tokens=2)
         outs = m.run_many(["Which word is number 2?", "Name a word?"], [ps, ps[:2]],
                           answers=[["charlie"], ["alpha"]])
@@ -135,3 +139,19 @@ def test_cyclic_design_sizes(gen) -> None:
     moi = MoI(gen, design="cyclic", outcome="confidence", max_new_tokens=2)
     res = moi.run_many(["q?"], [_passages(3)], generate_answer=False)
     assert res[0].orderings == cyclic(3)
+
+
+@pytest.mark.slow
+def test_moi_on_embedded_smollm2() -> None:
+    """The embedded SmolLM2 on bundled HotpotQA questions: consensus MoI end to end."""
+    from ragkit.eval.datasets import sample_records
+    from ragkit.generation import Generator
+
+    gen = Generator(passage_max_tokens=40, show_progress=False)
+    recs = sample_records(2)
+    res = MoI(gen, design="prior", budget=3).run_many([r.question for r in recs],
+                                                     [list(r.passages) for r in recs])
+    for r, rec in zip(res, recs):
+        assert sorted(r.ranking.ids()) == sorted(p.id for p in rec.passages)
+        assert r.answer and r.target  # SmolLM2 answers something and a consensus exists
+        assert r.generator_calls >= 3 + 3 + 1
