@@ -151,6 +151,9 @@ class MoI:
         Seed of the random design.
     max_new_tokens
         Length of the per-ordering and final answers.
+    max_tied
+        ``consensus`` only: at most this many tied majority answers are scored under every
+        ordering to break the tie (cost ``M`` sequences each; 1 = keep the first seen).
     """
 
     def __init__(
@@ -165,6 +168,7 @@ class MoI:
         head: int | None = None,
         seed: int = 0,
         max_new_tokens: int = 16,
+        max_tied: int = 3,
     ) -> None:
         if design not in DESIGNS:
             raise ValueError(f"unknown design {design!r}; choose one of {DESIGNS}")
@@ -188,6 +192,14 @@ class MoI:
         self.head = head
         self.seed = seed
         self.max_new_tokens = max_new_tokens
+        self.max_tied = max_tied
+
+    def _outcome_kwargs(self) -> dict[str, Any]:
+        if callable(self.outcome) or self.outcome == "gold":
+            return {}
+        if self.outcome == "consensus":
+            return {"max_new_tokens": self.max_new_tokens, "max_tied": self.max_tied}
+        return {"max_new_tokens": self.max_new_tokens}
 
     def profile_for(self, k: int) -> PositionProfile:
         """The profile used for ``k`` passages."""
@@ -254,8 +266,7 @@ class MoI:
                 self.outcome, self.generator, [qs[i] for i in active], [ps[i] for i in active],
                 [orderings[i] for i in active],
                 None if answers_list is None else [list(answers_list[i] or []) for i in active],
-                **({} if callable(self.outcome) or self.outcome == "gold"
-                   else {"max_new_tokens": self.max_new_tokens}),
+                **self._outcome_kwargs(),
             )
             outs = dict(zip(active, res))
         results: list[MoIResult] = []
