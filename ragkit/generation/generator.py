@@ -803,7 +803,7 @@ class Generator:
 
         lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
         first = lines[0] if lines else ""
-        lead = re.compile(r"^\s*(?:(?:the\s+)?answer(?:\s+is)?\s*:?|a\s*:|\[\d+\])\s*", re.IGNORECASE)
+        lead = re.compile(r"^\s*(?:the\s+answer\s+is\s*:?|answer\s*:|a\s*:|\[\d+\])\s*", re.IGNORECASE)
         prev = None
         while prev != first:
             prev, first = first, lead.sub("", first, count=1)

@@ -1,0 +1,196 @@
+"""Speed of scoring all MoI orderings: library path (batched, shared-prefix KV reuse, logits only
+at answer positions) vs a naive loop and vs a bare batched model forward.
+
+For each HotpotQA dev question (k passages cut to ~60 tokens, gold answer as the scored text):
+
+* ``lib``   : ``Generator.score_orderings`` for the cyclic design (M = k rotations) and the
+              prior design (M = 3: retriever order, reversed, half rotation);
+* ``naive`` : one ``model(input_ids)`` forward per ordering over prompt + answer, no prefix
+              reuse, full ``(L, vocab)`` logits, log-softmax, gather;
+* ``raw``   : exactly the token batches the library runs (one prefix batch, then the suffix +
+              answer batch on a batch-expanded copy of the prefix cache) as bare ``model(...)``
+              calls with pre-built tensors: no tokenisation, no Python bookkeeping, but full
+              logits (what a bare ``model(input_ids, attention_mask)`` computes).
+
+Tokens counted (``tokens_*``): real (non-pad) input tokens fed to the model. For ``lib``/``raw``
+that is the shared prefix once per question plus every ordering's suffix + answer tokens; for
+``naive`` it is every ordering's full prompt + answer.
+
+Usage::
+
+    python benchmarks/moi.py --out benchmarks/results/moi-cpu.json --n-questions 5 --k 10
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+DEV = ROOT.parent / "shared" / "data" / "hotpotqa" / "dev.jsonl"
+
+
+def cyclic(k: int) -> list[list[int]]:
+    """The k rotations of the retriever order (a Latin square)."""
+    return [[(s + j) % k for j in range(k)] for s in range(k)]
+
+
+def prior(k: int) -> list[list[int]]:
+    """Retriever order, its reversal and a half rotation (M = 3)."""
+    return [list(range(k)), list(range(k))[::-1], [(j + k // 2) % k for j in range(k)]]
+
+
+def cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", required=True, help="JSON file to write")
+    ap.add_argument("--n-questions", type=int, default=5)
+    ap.add_argument("--k", type=int, default=10)
+    ap.add_argument("--passage-tokens", type=int, default=60)
+    ap.add_argument("--data", default=str(DEV))
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--max-seconds", type=float, default=420.0,
+                    help="stop adding questions once this much time is spent (at least one question runs)")
+    args = ap.parse_args(argv)
+
+    import torch
+    from transformers import DynamicCache
+
+    from ragkit.eval.datasets import load_hotpotqa
+    from ragkit.generation import Generator
+    from ragkit.io import atomic_write_text
+
+    logging.basicConfig(level=logging.WARNING)
+    torch.set_num_threads(args.threads)
+    gen = Generator(passage_max_tokens=args.passage_tokens, batch_size=args.k, show_progress=False)
+    model = gen.model
+    records = [r for r in load_hotpotqa(args.data, limit=args.n_questions * 3)
+               if len(r.passages) >= args.k and r.answers][: args.n_questions]
+    designs = {"cyclic": cyclic(args.k), "prior": prior(args.k)}
+    acc: dict[str, dict[str, float]] = {
+        d: {"lib_s": 0.0, "naive_s": 0.0, "raw_s": 0.0, "tokens_lib": 0, "tokens_naive": 0, "max_abs_diff": 0.0}
+        for d in designs
+    }
+    done = 0
+    t_start = time.perf_counter()
+
+    def tokens_for(q: str, ps: list, orders: list[list[int]], answer: str) -> tuple[list[list[int]], list[list[int]], int]:
+        texts = gen._fit_passages(q, ps)
+        prompts = [gen.template.build(q, [ps[i] for i in o], gen.tokenizer, [texts[i] for i in o]) for o in orders]
+        p_ids = gen._encode_prompts(prompts)
+        a_ids = gen._encode_texts([gen._answer_text(p, answer, 0) for p in prompts])
+        return p_ids, a_ids, gen._common_prefix_len(p_ids)
+
+    for rec in records:
+        if done and time.perf_counter() - t_start > args.max_seconds:
+            break
+        ps = list(rec.passages[: args.k])
+        ans = rec.answers[0]
+        for name, orders in designs.items():
+            a = acc[name]
+            # library path
+            t0 = time.perf_counter()
+            res = gen.score_orderings([rec.question], [ps], [orders], [ans])[0]
+            a["lib_s"] += time.perf_counter() - t0
+            p_ids, a_ids, L = tokens_for(rec.question, ps, orders, ans)
+            a["tokens_lib"] += L + sum(len(p) - L + len(x) for p, x in zip(p_ids, a_ids))
+            # naive loop: one full-logits forward per ordering, no reuse
+            naive = []
+            t0 = time.perf_counter()
+            with torch.inference_mode():
+                for p, x in zip(p_ids, a_ids):
+                    ids = torch.tensor([p + x])
+                    lp = torch.log_softmax(model(input_ids=ids).logits[0].float(), dim=-1)
+                    pos = torch.arange(len(p) - 1, len(p) + len(x) - 1)
+                    naive.append(float(lp[pos, torch.tensor(x)].sum()))
+            a["naive_s"] += time.perf_counter() - t0
+            a["tokens_naive"] += sum(len(p) + len(x) for p, x in zip(p_ids, a_ids))
+            a["max_abs_diff"] = max(a["max_abs_diff"], float(max(abs(u - v) for u, v in zip(res.sum, naive))))
+            # raw: the same token batches as the library, bare model calls on pre-built tensors
+            pre_ids = torch.tensor([p_ids[0][:L]])
+            pre_mask = torch.ones_like(pre_ids)
+            suf = [p[L:] + x for p, x in zip(p_ids, a_ids)]
+            w = max(len(s) for s in suf)
+            s_ids = torch.full((len(suf), w), gen._pad_id)
+            s_mask = torch.zeros((len(suf), w), dtype=torch.long)
+            for r, s in enumerate(suf):
+                s_ids[r, : len(s)] = torch.tensor(s)
+                s_mask[r, : len(s)] = 1
+            full_mask = torch.cat([pre_mask.expand(len(suf), -1), s_mask], dim=1)
+            pos = (L + torch.arange(w))[None].expand(len(suf), -1)
+            idx = torch.zeros(len(suf), dtype=torch.long)
+            t0 = time.perf_counter()
+            with torch.inference_mode():
+                out = model(input_ids=pre_ids, attention_mask=pre_mask, use_cache=True)
+                cache = DynamicCache(ddp_cache_data=[(layer.keys.index_select(0, idx), layer.values.index_select(0, idx))
+                                                     for layer in out.past_key_values.layers])
+                model(input_ids=s_ids, attention_mask=full_mask, position_ids=pos, past_key_values=cache,
+                      use_cache=True)
+            a["raw_s"] += time.perf_counter() - t0
+        done += 1
+        print(f"question {done}/{len(records)} done ({time.perf_counter() - t_start:.0f} s)", file=sys.stderr)
+
+    out: dict[str, Any] = {
+        "benchmark": "moi",
+        "model": gen.name,
+        "device": f"cpu: {cpu_name()}" if gen.device == "cpu" else gen.device,
+        "torch_threads": args.threads,
+        "n_questions": done,
+        "k": args.k,
+        "passage_max_tokens": args.passage_tokens,
+        "batch_size": gen.batch_size,
+        "tokens_counted": ("real (non-pad) input tokens fed to the model; lib/raw: shared prefix once per "
+                           "question + each ordering's suffix+answer; naive: each ordering's full prompt+answer"),
+        "raw_forward": ("bare model(input_ids, attention_mask[, past_key_values]) calls on the library's exact token "
+                        "batches (prefix batch, then suffix+answer batch on the expanded prefix cache), tensors "
+                        "pre-built, full logits"),
+        "designs": {},
+    }
+    rows = []
+    for name, a in acc.items():
+        m = len(designs[name])
+        d = {
+            "M": m,
+            "lib_s_per_query": a["lib_s"] / done,
+            "naive_s_per_query": a["naive_s"] / done,
+            "raw_forward_s_per_query": a["raw_s"] / done,
+            "moi_speedup_vs_naive": a["naive_s"] / a["lib_s"],
+            "moi_tokens_per_s": a["tokens_lib"] / a["lib_s"],
+            "raw_forward_tokens_per_s": a["tokens_lib"] / a["raw_s"],
+            "naive_tokens_per_s": a["tokens_naive"] / a["naive_s"],
+            "moi_vs_raw_tokens_per_s_ratio": (a["tokens_lib"] / a["lib_s"]) / (a["tokens_lib"] / a["raw_s"]),
+            "tokens_lib_per_query": a["tokens_lib"] / done,
+            "tokens_naive_per_query": a["tokens_naive"] / done,
+            "max_abs_diff_lib_vs_naive_logprob": a["max_abs_diff"],
+        }
+        out["designs"][name] = d
+        rows.append((name, d))
+    out["prior_vs_cyclic_lib_time_ratio"] = out["designs"]["prior"]["lib_s_per_query"] / out["designs"]["cyclic"]["lib_s_per_query"]
+    head = f"{'design':8} {'M':>3} {'lib s/q':>9} {'naive s/q':>10} {'speedup':>8} {'lib tok/s':>10} {'raw tok/s':>10} {'lib/raw':>8}"
+    print(f"moi benchmark: {gen.name}, {out['device']}, {args.threads} threads, n={done}, k={args.k}")
+    print(head)
+    for name, d in rows:
+        print(f"{name:8} {d['M']:>3} {d['lib_s_per_query']:>9.2f} {d['naive_s_per_query']:>10.2f} "
+              f"{d['moi_speedup_vs_naive']:>8.2f} {d['moi_tokens_per_s']:>10.0f} {d['raw_forward_tokens_per_s']:>10.0f} "
+              f"{d['moi_vs_raw_tokens_per_s_ratio']:>8.2f}")
+    atomic_write_text(args.out, json.dumps(out, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
