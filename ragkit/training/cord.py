@@ -201,8 +201,15 @@ def pair_loss(
     return CORDLossOutput((ce + lam * reg).mean(), ce_o, ce_p, reg, teacher_orig)
 
 
+def _is_right_padded(mask: torch.Tensor) -> bool:
+    """True when every row's mask is ones followed by zeros (no left padding, no holes)."""
+    m = mask.long()
+    return bool((m[:, 1:] <= m[:, :-1]).all())
+
+
 def answer_logprobs(
-    model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, answer_pos: torch.Tensor
+    model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, answer_pos: torch.Tensor,
+    right_padded: bool = True,
 ) -> torch.Tensor:
     """``(R, T, V)`` log-softmax of the logits that predict the answer tokens.
 
@@ -210,16 +217,24 @@ def answer_logprobs(
     ``r``. The positions go to the model as a 2-D ``logits_to_keep`` (only those rows of the hidden
     states reach the LM head); models without that argument fall back to full logits + gather.
     The model is called through its own ``forward`` so that DDP / FSDP wrappers see the call.
+    With right padding (``right_padded``, checked on the mask) the mask is not passed: under causal
+    attention the real tokens never attend to the trailing padding, so the result is the same and
+    attention runs without a dense mask (about 2-3x less memory on CPU).
     """
     import torch
 
+    mask = attention_mask
+    if right_padded and mask is not None and _is_right_padded(mask):
+        # causal attention never lets a real token see the padding that follows it, so the mask
+        # can be dropped: SDPA then takes its causal fast path instead of a dense (L x L) mask
+        mask = None
     try:
-        out = model(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=answer_pos, use_cache=False)
+        out = model(input_ids=input_ids, attention_mask=mask, logits_to_keep=answer_pos, use_cache=False)
         logits = out.logits
         if logits.shape[:2] != answer_pos.shape:
             raise TypeError("logits_to_keep ignored")
     except TypeError:
-        out = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
+        out = model(input_ids=input_ids, attention_mask=mask, use_cache=False)
         logits = torch.take_along_dim(out.logits, answer_pos[..., None], dim=1)
     return torch.log_softmax(logits.float(), dim=-1)
 

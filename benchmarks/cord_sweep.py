@@ -1,0 +1,101 @@
+"""Real CORD run on CPU: LoRA-train the embedded SmolLM2 with ``cord`` and ``shuffle``, then a position sweep.
+
+Stages (results are written after each one, so a cut-off run still leaves a partial table):
+base sweep -> train cord -> cord sweep -> train shuffle -> shuffle sweep.
+The sweep is :func:`ragkit.eval.sweep.position_sweep` on NQ-open (gold passage at each slot among
+answer-free distractors), scoring the gold answer's mean log-prob (``--generate`` adds greedy EM).
+
+    python benchmarks/cord_sweep.py --out benchmarks/results/cord_sweep-cpu.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from ragkit.io import atomic_write_text
+
+
+def _sweep(model_path: str | None, recs: list, pool: list, args: argparse.Namespace) -> dict[str, Any]:
+    from ragkit.eval.sweep import position_sweep
+    from ragkit.generation import Generator
+
+    gen = Generator(model=model_path, device="cpu", passage_max_tokens=args.passage_max_tokens,
+                    batch_size=8, show_progress=False)
+    t0 = time.perf_counter()
+    res = position_sweep(gen, recs, k=args.k, pool=pool, seed=0, generate=args.generate, score=True,
+                         max_new_tokens=12)
+    d = res.to_dict()
+    d.pop("per_question", None)
+    slots = [r for r in d["rows"] if r["setting"] == "slot"]
+    out = {
+        "seconds": time.perf_counter() - t0,
+        "curve_logprob": {r["slot"]: r["logprob"] for r in slots},
+        "mean_logprob": sum(r["logprob"] for r in slots) / len(slots),
+        "gap_logprob": d["summary"][str(args.k)]["logprob"]["gap"],
+        "worst_slot": d["summary"][str(args.k)]["logprob"]["worst_slot"],
+        "closed_book_logprob": next(r["logprob"] for r in d["rows"] if r["setting"] == "closed_book"),
+        "oracle_logprob": next(r["logprob"] for r in d["rows"] if r["setting"] == "oracle"),
+    }
+    if args.generate:
+        out["curve_em"] = {r["slot"]: r["subspan_em"] for r in slots}
+        out["mean_em"] = sum(r["subspan_em"] for r in slots) / len(slots)
+        out["gap_em"] = d["summary"][str(args.k)]["subspan_em"]["gap"]
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--train-file", default="/work/shared/data/hotpotqa/train.jsonl")
+    ap.add_argument("--sweep-file", default="/work/shared/data/nq_open/nq-open-oracle.jsonl.gz")
+    ap.add_argument("--train-limit", type=int, default=60)
+    ap.add_argument("--train-k", type=int, default=5, help="top-k BM25 passages per training question")
+    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--lr", type=float, default=5e-4)
+    ap.add_argument("--lam", type=float, default=1.0)
+    ap.add_argument("--passage-max-tokens", type=int, default=32)
+    ap.add_argument("--k", type=int, default=5, help="sweep context size")
+    ap.add_argument("--sweep-questions", type=int, default=30)
+    ap.add_argument("--generate", action="store_true")
+    ap.add_argument("--losses", default="cord,shuffle")
+    ap.add_argument("--workdir", default="/tmp/cord-real")
+    a = ap.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    os.environ.setdefault("RAGKIT_NO_PROGRESS", "1")
+    from ragkit.eval.datasets import load_dataset
+    from ragkit.models import resolve_generator_path
+    from ragkit.training.cord import CORDSettings, train_cord
+    from ragkit.training.data import load_examples
+
+    base = resolve_generator_path(None)
+    pool = load_dataset("nq-open", a.sweep_file, limit=300)
+    recs = pool[: a.sweep_questions]
+    result: dict[str, Any] = {"model": base, "config": vars(a), "sweep": {}, "train": {}}
+
+    def save() -> None:
+        atomic_write_text(a.out, json.dumps(result, indent=2, default=str))
+
+    result["sweep"]["none"] = _sweep(base, recs, pool, a)
+    save()
+    examples = load_examples(a.train_file, limit=a.train_limit, k=a.train_k)
+    for loss in a.losses.split(","):
+        st = CORDSettings(loss=loss, lam=a.lam, lora=True, max_steps=a.steps, batch_size=1, lr=a.lr,
+                          passage_max_tokens=a.passage_max_tokens, save_steps=max(1, a.steps // 2),
+                          logging_steps=5, seed=0)
+        out = Path(a.workdir) / loss
+        s = train_cord(examples, base, out, st, resume="last")
+        result["train"][loss] = {k: v for k, v in s.items() if k != "settings"}
+        save()
+        result["sweep"][loss] = _sweep(str(out), recs, pool, a)
+        save()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
