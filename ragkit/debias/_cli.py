@@ -76,41 +76,22 @@ def _rerank(args: argparse.Namespace) -> int:
 
 def _ask(args: argparse.Namespace) -> int:
     from ragkit.cli import emit
+    from ragkit.pipeline import RAGPipeline
 
     _check_budget(args)
     if args.k < 1:
         raise ValueError(f"-k must be >= 1, got {args.k}")
-    if args.index:
-        from ragkit.retrievers import load_retriever
-
-        retriever = load_retriever(args.index)
-    else:
-        from ragkit.eval.datasets import sample_corpus
-        from ragkit.retrievers import BM25Retriever
-
-        retriever = BM25Retriever().index(sample_corpus())
-    (hits,) = retriever.search([args.question], k=args.k)
-    passages = hits.passages()
-    gen = _generator(args)
-    result: dict[str, Any] = {"question": args.question, "index": args.index or "bundled HotpotQA sample (BM25)"}
-    if args.no_moi or len(passages) < 2:
-        answer = gen.answer([args.question], [passages])[0] if passages else ""
-        ranked = [{"rank": h.rank + 1, "id": h.passage.id, "score": h.score} for h in hits]
-        result.update({"moi": False, "answer": answer, "passages": ranked})
-    else:
-        from ragkit.debias.moi import MoI
-
-        moi = MoI(gen, design=args.design, budget=args.budget, outcome=args.outcome, profile=_profile(args))
-        (res,) = moi.run_many([args.question], [passages], [hits.scores()])
-        ranked = [{"rank": h.rank + 1, "id": h.passage.id, "utility": h.score,
-                   "retriever_rank": passages.index(h.passage) + 1} for h in res.ranking]
-        result.update({"moi": True, "answer": res.answer, "passages": ranked,
-                       "prompt_order": [passages[i].id for i in res.order],
-                       "generator_calls": res.generator_calls})
+    rag = RAGPipeline.default(index=args.index, model=args.model, use_moi=not args.no_moi, k=args.k,
+                              device=args.device, design=args.design, budget=args.budget,
+                              outcome=args.outcome, profile=_profile(args),
+                              passage_max_tokens=args.passage_tokens)
+    res = rag.ask(args.question)
+    result: dict[str, Any] = {"index": args.index or "bundled HotpotQA sample (BM25)",
+                              "moi": rag.moi is not None, **res.to_dict()}
     if not args.json:
         print(f"Answer: {result['answer']}")
         for r in result["passages"]:
-            print(f"{r['rank']:>3}  {r['id']}")
+            print(f"{r['rank']:>3}  {r['id']}  (retriever rank {r['retriever_rank']})")
     emit(result, args.out, args.json)
     return 0
 
