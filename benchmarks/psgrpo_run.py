@@ -32,7 +32,7 @@ def evaluate(model, records, paras, retriever, k, passage_max_tokens, max_new_to
     from ragkit.eval.consistency import evaluate_consistency
     from ragkit.generation import Generator
 
-    gen = Generator(model, device="cpu", template="short", passage_max_tokens=passage_max_tokens,
+    gen = Generator(model, device="cpu", template="auto", passage_max_tokens=passage_max_tokens,
                     batch_size=8, show_progress=False)
     t0 = time.perf_counter()
     rep = evaluate_consistency(gen, records, paras, retriever=retriever, k=k, similarity="bleu2",

@@ -17,7 +17,7 @@ QUESTION = "Which magazine was started first?"
 
 @pytest.fixture(scope="module")
 def gen(tiny_lm_dir: Path) -> Generator:
-    return Generator(str(tiny_lm_dir), device="cpu", batch_size=3, show_progress=False)
+    return Generator(str(tiny_lm_dir), device="cpu", template="short", batch_size=3, show_progress=False)
 
 
 @pytest.fixture(scope="module")
@@ -46,6 +46,21 @@ def test_chat_template_prefix(tiny_lm_dir: Path, passages: list[Passage]) -> Non
     p2, s2 = g.split_prompt(QUESTION, passages[::-1])
     assert p1 == p2 and p1.startswith("<|im_start|>user")
     assert s1.endswith("<|im_start|>assistant\n") and s1 != s2
+
+
+def test_auto_template_follows_tokenizer(tiny_lm_dir: Path, gen: Generator) -> None:
+    from ragkit.generation.prompts import get_template
+
+    auto = Generator(str(tiny_lm_dir), device="cpu", show_progress=False)
+    assert auto.tokenizer.chat_template and auto.template.name == "chat"
+    tok = gen.tokenizer
+    saved = tok.chat_template
+    try:
+        tok.chat_template = None
+        assert get_template("auto", tok).name == "short"
+    finally:
+        tok.chat_template = saved
+    assert get_template("auto").name == "short"
 
 
 def test_batched_score_equals_one_by_one(gen: Generator, passages: list[Passage]) -> None:
@@ -84,7 +99,7 @@ def test_score_orderings_equals_uncached_score(gen: Generator, passages: list[Pa
     np.testing.assert_allclose(res[0].sum, ref1.sum, atol=1e-4)
     np.testing.assert_allclose(res[1].sum, ref2.sum, atol=1e-4)
     # a larger batch (several questions share one forward) gives the same numbers
-    big = Generator.from_components(gen.model, gen.tokenizer, batch_size=16, show_progress=False)
+    big = Generator.from_components(gen.model, gen.tokenizer, template=gen.template, batch_size=16, show_progress=False)
     res_big = big.score_orderings([QUESTION, q2], [passages, passages[:3]], [orders1, orders2], [answers1, "1844"])
     np.testing.assert_allclose(res_big[0].sum, ref1.sum, atol=1e-4)
     np.testing.assert_allclose(res_big[1].sum, ref2.sum, atol=1e-4)

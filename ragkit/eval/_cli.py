@@ -45,7 +45,7 @@ def _guess_dataset(path: str) -> str:
 def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=None, help="generator: hub id, local folder or .gguf (default: embedded SmolLM2)")
     p.add_argument("--device", default="auto")
-    p.add_argument("--template", default="short", help="prompt template: short, chat, plain")
+    p.add_argument("--template", default="auto", help="prompt template: auto (chat when the model has one), short, chat, plain")
     p.add_argument("--passage-max-tokens", type=int, default=None, help="cut each passage to this many tokens")
     p.add_argument("--max-new-tokens", type=int, default=None, help="answer length budget")
     p.add_argument("--batch-size", type=int, default=8)

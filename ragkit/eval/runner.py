@@ -111,7 +111,7 @@ class EvalConfig:
     k: int = 10
     model: str | None = None
     embedder: str | None = None
-    template: str = "short"
+    template: str = "auto"
     passage_max_tokens: int | None = None
     max_new_tokens: int = 32
     batch_size: int = 8

@@ -91,7 +91,8 @@ class Generator:
     dtype
         ``"auto"`` or a dtype name / ``torch.dtype``.
     template
-        Prompt template name (``"short"``, ``"chat"``, ``"plain"``) or a :class:`PromptTemplate`.
+        Prompt template name (``"auto"``: chat template when the tokenizer has one, else ``"short"``;
+        ``"short"``, ``"chat"``, ``"plain"``) or a :class:`PromptTemplate`.
     batch_size
         Sequences per forward pass.
     max_length
@@ -116,7 +117,7 @@ class Generator:
         model: str | None = None,
         device: str = "auto",
         dtype: str | Any = "auto",
-        template: str | PromptTemplate = "short",
+        template: str | PromptTemplate = "auto",
         batch_size: int = 8,
         max_length: int | None = None,
         passage_max_tokens: int | None = None,
@@ -136,7 +137,7 @@ class Generator:
         tokenizer: PreTrainedTokenizerBase,
         *,
         name: str | None = None,
-        template: str | PromptTemplate = "short",
+        template: str | PromptTemplate = "auto",
         batch_size: int = 8,
         max_length: int | None = None,
         passage_max_tokens: int | None = None,
@@ -172,7 +173,7 @@ class Generator:
         self.model = model
         self.tokenizer = tokenizer
         self.name = str(name)
-        self.template = get_template(template)
+        self.template = get_template(template, tokenizer)
         self.batch_size = int(batch_size)
         self.passage_max_tokens = passage_max_tokens
         self.show_progress = show_progress

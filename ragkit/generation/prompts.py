@@ -13,7 +13,11 @@ because small models weight the most recent tokens most.
 
 Templates
 ---------
-``"short"`` (default)
+``"auto"`` (default)
+    ``"chat"`` when the tokenizer has a chat template, else ``"short"``. On the embedded
+    SmolLM2-135M-Instruct, ``"chat"`` scores F1 0.133 on the first 20 bundled HotpotQA
+    questions where ``"short"`` scores 0.030 and ``"plain"`` 0.053.
+``"short"``
     Instruction + a one-shot example whose answer is a few words (small instruct models are
     verbose otherwise), then the question, the numbered passages, the question again and
     ``"Answer:"``.
@@ -178,11 +182,16 @@ PLAIN = PromptTemplate(name="plain", instruction=_PLAIN_INSTRUCTION)
 TEMPLATES: dict[str, PromptTemplate] = {"short": SHORT, "chat": CHAT, "plain": PLAIN}
 
 
-def get_template(template: str | PromptTemplate) -> PromptTemplate:
-    """Look a template up by name (``"short"``, ``"chat"``, ``"plain"``) or pass one through."""
+def get_template(template: str | PromptTemplate, tokenizer: PreTrainedTokenizerBase | None = None) -> PromptTemplate:
+    """Look a template up by name (``"auto"``, ``"short"``, ``"chat"``, ``"plain"``) or pass one through.
+
+    ``"auto"`` is ``"chat"`` when ``tokenizer`` has a chat template and ``"short"`` otherwise.
+    """
     if isinstance(template, PromptTemplate):
         return template
+    if template == "auto":
+        return CHAT if tokenizer is not None and getattr(tokenizer, "chat_template", None) else SHORT
     if template not in TEMPLATES:
-        raise ValueError(f"unknown prompt template {template!r}; use one of {sorted(TEMPLATES)} "
+        raise ValueError(f"unknown prompt template {template!r}; use 'auto' or one of {sorted(TEMPLATES)} "
                          "or pass a PromptTemplate")
     return TEMPLATES[template]

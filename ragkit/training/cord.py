@@ -481,7 +481,7 @@ class CORDSettings:
     ce_on: str = "original"
     gamma: float = 1.0
     alpha: float | None = None
-    template: str = "short"
+    template: str = "auto"
     passage_max_tokens: int | None = 60
     max_length: int | None = None
     max_answer_tokens: int = 32

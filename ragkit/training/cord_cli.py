@@ -45,7 +45,7 @@ def register(train_sub: argparse._SubParsersAction) -> None:
     p.add_argument("--resume", nargs="?", const="last", default=None, metavar="CHECKPOINT",
                    help="resume from CHECKPOINT, or from the newest checkpoint in --output-dir when no value is given")
     p.add_argument("--passage-max-tokens", type=int, default=60, help="truncate each passage (default 60; 0 = off)")
-    p.add_argument("--template", default="short", help="prompt template (short|chat|plain)")
+    p.add_argument("--template", default="auto", help="prompt template (auto|short|chat|plain; auto = chat when the model has one)")
     p.add_argument("--k", type=int, default=None, help="keep the top k BM25-ranked passages (default all)")
     p.add_argument("--limit", type=int, default=None, help="use the first N records")
     p.add_argument("--dtype", default="float32", help="model dtype (float32|bfloat16|auto)")

@@ -579,7 +579,7 @@ def train_psgrpo(
     model: str | None,
     output_dir: str | os.PathLike[str],
     settings: PSGRPOSettings,
-    template: str = "short",
+    template: str = "auto",
     passage_max_tokens: int | None = None,
     resume: bool = False,
     device: str = "auto",

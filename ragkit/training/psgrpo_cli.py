@@ -46,7 +46,7 @@ def register(train_sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-passages", type=int, default=None,
                    help="passages per prompt (gold kept, distractors fill up; default all)")
     p.add_argument("--passage-max-tokens", type=int, default=None, help="truncate each passage")
-    p.add_argument("--template", default="short", help="prompt template (short|chat|plain)")
+    p.add_argument("--template", default="auto", help="prompt template (auto|short|chat|plain; auto = chat when the model has one)")
     p.add_argument("--max-completion-length", type=int, default=16, help="new tokens per rollout")
     p.add_argument("--temperature", type=float, default=1.0, help="rollout temperature")
     p.add_argument("--sets-per-batch", type=int, default=1, help="paraphrase sets per optimisation step")
