@@ -30,6 +30,17 @@ def test_resolve_dtype() -> None:
         models.resolve_dtype("int3", "cpu")
 
 
+def test_auto_picks_cuda_and_bf16_when_present(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the CUDA branch of device="auto", exercised on CPU machines by faking the probes
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert models.resolve_device("auto") == "cuda"
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+    assert models.resolve_dtype("auto", "cuda") == torch.bfloat16
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: False)
+    assert models.resolve_dtype("auto", "cuda:0") == torch.float16
+    assert models.resolve_dtype("auto", "cpu") == torch.float32
+
+
 def test_cache_dir_follows_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     target = tmp_path / "cache" / "nested"
     monkeypatch.setenv("RAGKIT_CACHE", str(target))

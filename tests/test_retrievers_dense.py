@@ -112,6 +112,21 @@ def test_dense_validation(tiny_encoder_dir: Path) -> None:
         r.search(["river"], k=0)
 
 
+def test_use_gpu_true_without_gpu_names_the_fix(tiny_encoder_dir: Path) -> None:
+    import faiss
+
+    if hasattr(faiss, "StandardGpuResources") and faiss.get_num_gpus() > 0:
+        pytest.skip("this FAISS build has a GPU")
+    with pytest.raises(ValueError, match="use_gpu"):
+        DenseRetriever(str(tiny_encoder_dir), use_gpu="yes")
+    r = DenseRetriever(str(tiny_encoder_dir), device="cpu", use_gpu=True, show_progress=False)
+    with pytest.raises(RuntimeError, match=r"ragkit\[gpu\]"):
+        r.index([Passage("x", "river"), Passage("y", "comet")])
+    # "auto" falls back to the CPU index
+    auto = DenseRetriever(str(tiny_encoder_dir), device="cpu", show_progress=False)
+    assert auto.index([Passage("x", "river"), Passage("y", "comet")]).search(["river"], k=1)[0].ids() == ["x"]
+
+
 def test_hybrid_bm25_dense_round_trip(tiny_encoder_dir: Path, corpus: list[Passage],
                                       tmp_path: Path) -> None:
     hy = HybridRetriever([BM25Retriever(show_progress=False),

@@ -204,7 +204,8 @@ class DenseRetriever(Retriever):
         has_gpu = hasattr(faiss, "StandardGpuResources") and faiss.get_num_gpus() > 0
         if not has_gpu:
             if self.use_gpu is True:
-                raise RuntimeError("use_gpu=True but FAISS has no GPU: install faiss-gpu")
+                raise RuntimeError("use_gpu=True but this FAISS build sees no GPU: pip install \"ragkit[gpu]\" "
+                                   "(faiss-gpu-cu12) on a CUDA machine, or pass use_gpu=\"auto\"")
             return index
         # GPU path (faiss-gpu builds only; not exercised on CPU-only machines).
         if self._gpu_res is None:
