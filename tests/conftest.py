@@ -105,7 +105,8 @@ def tiny_encoder_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     BertModel(cfg).save_pretrained(hf)
     tok.save_pretrained(hf)
     word = models.Transformer(str(hf), max_seq_length=128)
-    pool = models.Pooling(word.get_word_embedding_dimension(), pooling_mode="mean")
+    dim = getattr(word, "get_embedding_dimension", None) or word.get_word_embedding_dimension  # renamed in ST 5
+    pool = models.Pooling(dim(), pooling_mode="mean")
     st = SentenceTransformer(modules=[word, pool], device="cpu")
     st.save(str(out / "st"))
     return out / "st"
