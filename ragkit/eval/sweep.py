@@ -126,7 +126,7 @@ class SweepResult:
         from ragkit.eval.plots import _plt, save_figure
 
         plt = _plt()
-        fig, axes = plt.subplots(1, 2, figsize=(9.0, 3.4))
+        fig, axes = plt.subplots(1, 2, figsize=(9.0, 3.4), layout="constrained")
         cb = self.row("closed_book")
         orc = self.row("oracle")
         for ax, key, label in ((axes[0], "subspan_em", "best-subspan EM"), (axes[1], "logprob", "gold answer mean log-prob")):
