@@ -110,10 +110,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _generator(args: argparse.Namespace) -> Any:
+    """The sweep's and the consistency run's generator; its batch bars are their progress (``--quiet``: off)."""
     from ragkit.generation import Generator
 
     return Generator(model=args.model, device=args.device, template=args.template, batch_size=args.batch_size,
-                     passage_max_tokens=args.passage_max_tokens, show_progress=False)
+                     passage_max_tokens=args.passage_max_tokens, show_progress=None)
 
 
 def _run_eval(args: argparse.Namespace) -> int:
