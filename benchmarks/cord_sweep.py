@@ -6,6 +6,11 @@ The sweep is :func:`ragkit.eval.sweep.position_sweep` on NQ-open (gold passage a
 answer-free distractors), scoring the gold answer's mean log-prob (``--generate`` adds greedy EM).
 
     python benchmarks/cord_sweep.py --out benchmarks/results/cord_sweep-cpu.json
+
+``--sweep-only`` re-runs the sweeps on the models a previous run left in ``--workdir`` (its
+training records are kept from ``--out``). Beside each curve the JSON keeps every question's
+per-slot log-probs and a paired bootstrap over questions (1,000 resamples, seed 0) of the
+best-minus-worst gap of each model and of the gap differences between models.
 """
 
 from __future__ import annotations
@@ -17,6 +22,8 @@ import os
 import time
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from ragkit.io import atomic_write_text
 
@@ -31,7 +38,12 @@ def _sweep(model_path: str | None, recs: list, pool: list, args: argparse.Namesp
     res = position_sweep(gen, recs, k=args.k, pool=pool, seed=0, generate=args.generate, score=True,
                          max_new_tokens=12)
     d = res.to_dict()
-    d.pop("per_question", None)
+    per_q = d.pop("per_question", [])
+    slot_ids = sorted({r["slot"] for r in per_q if r["setting"] == "slot"})
+    by_q: dict[str, list[float]] = {}
+    for r in per_q:
+        if r["setting"] == "slot":
+            by_q.setdefault(r["qid"], [float("nan")] * len(slot_ids))[slot_ids.index(r["slot"])] = r["logprob"]
     slots = [r for r in d["rows"] if r["setting"] == "slot"]
     out = {
         "seconds": time.perf_counter() - t0,
@@ -41,11 +53,44 @@ def _sweep(model_path: str | None, recs: list, pool: list, args: argparse.Namesp
         "worst_slot": d["summary"][str(args.k)]["logprob"]["worst_slot"],
         "closed_book_logprob": next(r["logprob"] for r in d["rows"] if r["setting"] == "closed_book"),
         "oracle_logprob": next(r["logprob"] for r in d["rows"] if r["setting"] == "oracle"),
+        "per_question_slot_logprob": by_q,
     }
     if args.generate:
         out["curve_em"] = {r["slot"]: r["subspan_em"] for r in slots}
         out["mean_em"] = sum(r["subspan_em"] for r in slots) / len(slots)
         out["gap_em"] = d["summary"][str(args.k)]["subspan_em"]["gap"]
+    return out
+
+
+def _gap(m: np.ndarray) -> np.ndarray:
+    """Best-minus-worst slot of the per-slot means; ``m`` is ``(..., questions, slots)``."""
+    means = m.mean(axis=-2)
+    return means.max(axis=-1) - means.min(axis=-1)
+
+
+def gap_bootstrap(sweeps: dict[str, dict[str, Any]], n_boot: int = 1000, seed: int = 0) -> dict[str, Any]:
+    """Paired bootstrap over questions of each model's gap and of every pairwise gap difference.
+
+    The same resampled question sets serve every model, so the differences are paired.
+    Returns point values and 95% percentile intervals.
+    """
+    names = [n for n, sw in sweeps.items() if sw.get("per_question_slot_logprob")]
+    if not names:
+        return {}
+    qids = sorted(set.intersection(*(set(sweeps[n]["per_question_slot_logprob"]) for n in names)))
+    mats = {n: np.array([sweeps[n]["per_question_slot_logprob"][q] for q in qids]) for n in names}
+    idx = np.random.default_rng(seed).integers(0, len(qids), size=(n_boot, len(qids)))
+    boot = {n: _gap(m[idx]) for n, m in mats.items()}
+
+    def _ci(point: float, draws: np.ndarray) -> dict[str, float]:
+        lo, hi = np.percentile(draws, [2.5, 97.5])
+        return {"value": float(point), "ci95": [float(lo), float(hi)]}
+
+    out: dict[str, Any] = {"n_questions": len(qids), "n_boot": n_boot,
+                           "gap": {n: _ci(float(_gap(mats[n])), boot[n]) for n in names}, "gap_difference": {}}
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            out["gap_difference"][f"{b} - {a}"] = _ci(float(_gap(mats[b]) - _gap(mats[a])), boot[b] - boot[a])
     return out
 
 
@@ -65,6 +110,8 @@ def main() -> int:
     ap.add_argument("--generate", action="store_true")
     ap.add_argument("--losses", default="cord,shuffle")
     ap.add_argument("--workdir", default="/tmp/cord-real")
+    ap.add_argument("--sweep-only", action="store_true",
+                    help="sweep the models already in --workdir; keep the training records of --out")
     a = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     os.environ.setdefault("RAGKIT_NO_PROGRESS", "1")
@@ -81,19 +128,30 @@ def main() -> int:
     def save() -> None:
         atomic_write_text(a.out, json.dumps(result, indent=2, default=str))
 
+    if a.sweep_only and Path(a.out).exists():
+        prev = json.loads(Path(a.out).read_text())
+        result["train"] = prev.get("train", {})
+        result["config"] = {**prev.get("config", {}), "sweep_only": True}
     result["sweep"]["none"] = _sweep(base, recs, pool, a)
     save()
-    examples = load_examples(a.train_file, limit=a.train_limit, k=a.train_k)
+    examples = [] if a.sweep_only else load_examples(a.train_file, limit=a.train_limit, k=a.train_k)
     for loss in a.losses.split(","):
+        out = Path(a.workdir) / loss
+        if a.sweep_only:
+            result["sweep"][loss] = _sweep(str(out), recs, pool, a)
+            continue
         st = CORDSettings(loss=loss, lam=a.lam, lora=True, max_steps=a.steps, batch_size=1, lr=a.lr,
                           passage_max_tokens=a.passage_max_tokens, save_steps=max(1, a.steps // 2),
                           logging_steps=5, seed=0)
-        out = Path(a.workdir) / loss
         s = train_cord(examples, base, out, st, resume="last")
         result["train"][loss] = {k: v for k, v in s.items() if k != "settings"}
         save()
         result["sweep"][loss] = _sweep(str(out), recs, pool, a)
         save()
+    result["gap_bootstrap"] = gap_bootstrap(result["sweep"])
+    save()
+    for name, v in result["gap_bootstrap"].get("gap_difference", {}).items():
+        logging.info("gap difference %s: %.3f nats, 95%% CI %s", name, v["value"], v["ci95"])
     return 0
 
 
