@@ -15,6 +15,7 @@ from ragkit.training.psgrpo import (
     ParaphraseSetSampler,
     PSGRPOSettings,
     clean_completion,
+    make_grpo_config,
     select_passages,
 )
 
@@ -82,6 +83,18 @@ def test_settings_validation() -> None:
         PSGRPOSettings(g=1).validate()
     with pytest.raises(ValueError, match="n >= 2"):
         PSGRPOSettings(n=1).validate()
+
+
+def test_grpo_config_is_explicit(tmp_path) -> None:
+    """The settings reach TRL's config; gradient checkpointing follows the device unless set."""
+    import torch
+
+    cfg = make_grpo_config(tmp_path, PSGRPOSettings(n=3, g=2, beta=0.1, epsilon=0.3, max_steps=7))
+    assert (cfg.per_device_train_batch_size, cfg.num_generations, cfg.max_steps) == (6, 2, 7)
+    assert (cfg.beta, cfg.epsilon, cfg.epsilon_high) == (0.1, 0.3, 0.3)
+    assert cfg.gradient_checkpointing is torch.cuda.is_available()  # default: on with CUDA only
+    forced = PSGRPOSettings(gradient_checkpointing=not torch.cuda.is_available())
+    assert make_grpo_config(tmp_path, forced).gradient_checkpointing is (not torch.cuda.is_available())
 
 
 def test_tiny_model_trains_end_to_end(tiny_lm_dir, tmp_path) -> None:

@@ -421,7 +421,9 @@ class PSGRPOSettings:
 
     Defaults: n=4 wordings (original + 3 rewrites), g=4 rollouts, BLEU-2 similarity with the
     kappa=3, s=1 approximation (exact when kappa >= n-1), gold weight 0.5, beta=0.04,
-    epsilon=0.2, temperature 1.0, 16 new tokens, lr 1e-6 (full) / 1e-4 (LoRA).
+    epsilon=0.2, temperature 1.0, 16 new tokens, lr 1e-6 (full) / 1e-4 (LoRA);
+    ``gradient_checkpointing=None`` turns it on with CUDA (memory) and off on CPU (speed: it
+    recomputes every layer's forward in the backward pass, and CPU RAM is rarely the limit).
     """
 
     n: int = 4
@@ -448,6 +450,7 @@ class PSGRPOSettings:
     save_steps: int = 50
     logging_steps: int = 1
     bf16: bool = False
+    gradient_checkpointing: bool | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def validate(self) -> None:
@@ -516,6 +519,7 @@ def make_grpo_config(output_dir: str | os.PathLike[str], st: PSGRPOSettings) -> 
         seed=st.seed,
         data_seed=st.seed,
         bf16=st.bf16,
+        gradient_checkpointing=_cuda() if st.gradient_checkpointing is None else st.gradient_checkpointing,
         # generation backend
         use_vllm=st.use_vllm,
         vllm_mode=st.vllm_mode,
