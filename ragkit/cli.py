@@ -64,6 +64,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         import os
 
         os.environ["RAGKIT_NO_PROGRESS"] = "1"
+        os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"  # also silences transformers' weight-loading bar
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
