@@ -7,7 +7,7 @@ import pytest
 
 from ragkit.debias import MoI, OutcomeResult, PositionProfile, design_matrix, ridge_utilities
 from ragkit.debias.designs import cyclic, is_latin_square, make_design, prior, random_design, slots_of
-from ragkit.debias.moi import place
+from ragkit.debias.placement import place
 from ragkit.types import Passage
 
 
@@ -185,10 +185,10 @@ def test_k1_and_empty_inputs() -> None:
 
 def test_placement() -> None:
     a = np.array([0.1, 0.2, 0.3, 0.4])
-    assert place([2, 0, 1, 3], a, "bias_aware") == [3, 1, 0, 2]
-    assert place([2, 0, 1, 3], a, "ranked") == [2, 0, 1, 3]
+    assert place([2, 0, 1, 3], "bias_aware", a) == [3, 1, 0, 2]
+    assert place([2, 0, 1, 3], "ranked", a) == [2, 0, 1, 3]
     rec = PositionProfile.recency(10)
-    order = place(list(range(10)), rec.weights, "bias_aware")
+    order = place(list(range(10)), "bias_aware", rec.weights)
     assert order[-1] == 0 and order[:9] == list(range(1, 10))
 
 

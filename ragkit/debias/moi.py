@@ -27,10 +27,11 @@ import numpy as np
 from ragkit.debias.designs import DESIGNS, make_design
 from ragkit.debias.estimators import ridge_utilities
 from ragkit.debias.outcomes import OUTCOMES, OutcomeFn, compute_outcomes
+from ragkit.debias.placement import place
 from ragkit.debias.profile import PositionProfile
 from ragkit.types import Passage, Query, RankedList, as_passages
 
-__all__ = ["MoI", "MoIResult", "PLACEMENTS", "place"]
+__all__ = ["MoI", "MoIResult", "PLACEMENTS"]
 
 logger = logging.getLogger(__name__)
 
@@ -96,28 +97,6 @@ class MoIResult:
             "weights": None if self.weights is None else np.asarray(self.weights).tolist(),
             "generator_calls": self.generator_calls,
         }
-
-
-def place(ranking_idx: Sequence[int], weights: np.ndarray | None, placement: str) -> list[int]:
-    """Prompt order from a ranking (best first).
-
-    ``ranked``: slot ``j`` gets the ``j``-th best. ``bias_aware``: the best passage goes into the
-    slot with the largest ``a_j``, the second best into the next largest, ... (ties between
-    slots: earlier slot first).
-    """
-    if placement == "ranked" or weights is None:
-        return list(ranking_idx)
-    if placement != "bias_aware":
-        raise ValueError(f"unknown placement {placement!r}; choose one of {PLACEMENTS}")
-    k = len(ranking_idx)
-    w = np.asarray(weights)
-    if w.shape[0] != k:
-        raise ValueError(f"profile has {w.shape[0]} slots but there are {k} passages")
-    slots = sorted(range(k), key=lambda j: (-float(w[j]), j))
-    order = [0] * k
-    for r, j in enumerate(slots):
-        order[j] = int(ranking_idx[r])
-    return order
 
 
 class MoI:
@@ -282,7 +261,7 @@ class MoI:
                 u, vals, ans, tgt, calls = np.zeros(1), np.zeros(1), [], None, 0
             rank_idx = sorted(range(k), key=lambda j: (-float(u[j]), j))
             ranking = RankedList.from_scores(p, u.tolist(), query=Query(text=qs[i]))
-            order = place(rank_idx, prof.weights, self.placement)
+            order = place(rank_idx, self.placement, prof.weights)
             results.append(MoIResult(ranking=ranking, order=order, utilities=np.asarray(u),
                                      orderings=orderings[i], outcomes=vals, ordering_answers=list(ans),
                                      target=tgt, weights=prof.weights, generator_calls=int(calls),
