@@ -44,9 +44,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from ragkit.eval.datasets import load_hotpotqa  # noqa: E402
+from ragkit.datasets import load_hotpotqa  # noqa: E402
 from ragkit.eval.metrics import exact_match_max, f1_max, ir_metrics  # noqa: E402
-from ragkit.io import append_jsonl, atomic_write_text, read_jsonl  # noqa: E402
+from ragkit.io import append_jsonl, atomic_write_text, read_appended_jsonl, read_jsonl  # noqa: E402
 from ragkit.types import Passage, QARecord, RankedList  # noqa: E402
 
 logger = logging.getLogger("benchmarks.distill")
@@ -65,7 +65,7 @@ def bm25_order(rec: QARecord) -> RankedList:
 def _cached(path: Path) -> dict[tuple[str, str], dict[str, Any]]:
     if not path.exists():
         return {}
-    return {(r["method"], r["qid"]): r for r in read_jsonl(path)}
+    return {(r["method"], r["qid"]): r for r in read_appended_jsonl(path)}
 
 
 def _answer(generator: Any, recs: list[QARecord], orders: list[list[Passage]]) -> tuple[list[str], float]:

@@ -70,7 +70,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         rc = args.func(args)
-    except (ValueError, FileNotFoundError, RuntimeError) as e:
+    except (ValueError, OSError, RuntimeError) as e:
         print(f"ragkit: error: {e}", file=sys.stderr)
         return 1
     return int(rc or 0)

@@ -14,8 +14,14 @@ from typing import Any
 __all__ = [
     "atomic_write_text",
     "atomic_dir",
+    "artifact_kind",
+    "check_writable_dir",
+    "ARTIFACT_MARKER",
+    "read_appended_jsonl",
     "read_jsonl",
     "write_jsonl",
+    "write_json",
+    "save_figure",
     "append_jsonl",
     "progress_enabled",
     "progress",
@@ -38,24 +44,108 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
         raise
 
 
-@contextmanager
-def atomic_dir(path: str | os.PathLike[str], overwrite: bool = True) -> Iterator[Path]:
-    """Yield a temp folder beside ``path``; on success it replaces ``path`` in one rename.
+ARTIFACT_MARKER = ".ragkit-artifact.json"
+"""Name of the small JSON file (``{"kind": ..., "format": 1}``) that marks a folder written by ragkit."""
 
-    A crash inside the block leaves any existing ``path`` untouched.
+# Folders written before the marker existed are recognised by their own manifest file.
+_LEGACY_MARKERS: dict[str, tuple[str, str]] = {
+    "manifest.json": ("index", '"ragkit-index"'),
+    "ragkit_distill.json": ("reranker", '"ragkit-distilled-reranker/'),
+}
+
+
+def artifact_kind(path: str | os.PathLike[str]) -> str | None:
+    """The kind of ragkit artifact stored in folder ``path``, or ``None`` when it is not one.
+
+    A folder is a ragkit artifact when it holds :data:`ARTIFACT_MARKER` (or, for folders written by
+    older versions, an index manifest / a distilled-reranker metadata file).
     """
     path = Path(path)
+    if not path.is_dir() or path.is_symlink():
+        return None
+    marker = path / ARTIFACT_MARKER
+    if marker.is_file():
+        try:
+            kind = json.loads(marker.read_text(encoding="utf-8")).get("kind")
+        except (OSError, ValueError, AttributeError):
+            return None
+        return kind if isinstance(kind, str) else None
+    for name, (kind, needle) in _LEGACY_MARKERS.items():
+        f = path / name
+        try:
+            if f.is_file() and needle in f.read_text(encoding="utf-8")[:4096]:
+                return kind
+        except (OSError, UnicodeDecodeError):
+            continue
+    return None
+
+
+def check_writable_dir(path: str | os.PathLike[str], kind: str, overwrite: bool = False) -> Path:
+    """Check that ragkit may write a ``kind`` artifact folder at ``path``; raise ``FileExistsError`` if not.
+
+    Writing may replace only
+
+    * nothing (``path`` does not exist) or an empty folder;
+    * a previous ragkit artifact of the same ``kind`` (recognised by its marker);
+    * with ``overwrite=True``: a ragkit artifact of another kind, or a single regular file.
+
+    A folder holding anything else (a user's files) is never replaced, ``overwrite`` or not: that is
+    how ``ragkit index --out "$PWD"`` once deleted a project. Call it before any long work so that a
+    bad ``--out`` is reported at once.
+    """
+    path = Path(path)
+    if path.is_symlink() and not path.exists():
+        raise FileExistsError(f"{path} is a dangling symbolic link; remove it or choose another --out")
+    if not path.exists():
+        return path
+    if not path.is_dir():
+        if overwrite:
+            return path
+        raise FileExistsError(
+            f"{path} is an existing file, not a ragkit {kind} folder; choose another --out "
+            "or pass --overwrite to replace that file"
+        )
+    if not any(path.iterdir()):
+        return path
+    found = artifact_kind(path)
+    if found == kind:
+        return path
+    if found is not None:
+        if overwrite:
+            return path
+        raise FileExistsError(
+            f"{path} holds a ragkit {found}, not a {kind}; choose another --out or pass --overwrite to replace it"
+        )
+    raise FileExistsError(
+        f"{path} is a folder holding files that ragkit did not write; ragkit never replaces such a "
+        f"folder (even with --overwrite): choose a new or empty folder for the {kind}"
+    )
+
+
+@contextmanager
+def atomic_dir(path: str | os.PathLike[str], kind: str, overwrite: bool = False) -> Iterator[Path]:
+    """Yield a temp folder beside ``path``; on success it replaces ``path`` in one rename.
+
+    What may be replaced is decided by :func:`check_writable_dir` (never a folder of the user's
+    files). The folder gets an :data:`ARTIFACT_MARKER` naming ``kind`` so that a later write of the
+    same kind may replace it. A crash inside the block leaves any existing ``path`` untouched.
+    """
+    path = Path(path)
+    check_writable_dir(path, kind, overwrite)
     path.parent.mkdir(parents=True, exist_ok=True)
-    if path.exists() and not overwrite:
-        raise FileExistsError(f"{path} exists; pass overwrite=True or choose another folder")
     tmp = Path(tempfile.mkdtemp(prefix=path.name + ".tmp-", dir=path.parent))
     try:
         yield tmp
+        (tmp / ARTIFACT_MARKER).write_text(json.dumps({"kind": kind, "format": 1}) + "\n", encoding="utf-8")
+        check_writable_dir(path, kind, overwrite)  # again: something may have appeared meanwhile
         if path.exists():
             old = path.with_name(path.name + ".old-" + tmp.name.rsplit("-", 1)[-1])
             os.replace(path, old)
             os.replace(tmp, path)
-            shutil.rmtree(old, ignore_errors=True)
+            if old.is_dir():
+                shutil.rmtree(old, ignore_errors=True)
+            else:
+                old.unlink(missing_ok=True)
         else:
             os.replace(tmp, path)
     except BaseException:
@@ -81,6 +171,57 @@ def read_jsonl(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
                 out.append(json.loads(line))
             except json.JSONDecodeError as e:
                 raise ValueError(f"{path}:{i}: not valid JSON ({e.msg}); fix or remove that line") from e
+    return out
+
+
+def read_appended_jsonl(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """Read a JSONL file that ragkit appends to (resumable runs, labels, logs), repairing a torn tail.
+
+    A run killed during a write, or a full disk, can leave the last line incomplete. That line is
+    dropped: the file is truncated to the end of the last complete line (so the next append starts
+    on a clean line), a warning names the file and the dropped bytes, and the caller redoes the
+    work it recorded. A bad line anywhere else is real damage and raises ``ValueError`` naming it.
+    """
+    import logging
+
+    path = Path(path)
+    if not path.exists():
+        return []
+    data = path.read_bytes()
+    lines = data.split(b"\n")
+    # ``lines[-1]`` is what follows the last newline: empty for a clean file, else an unterminated tail
+    out: list[dict[str, Any]] = []
+    good_end = 0
+    pos = 0
+    n = len(lines)
+    last = max((i for i, raw in enumerate(lines) if raw.strip()), default=-1)
+    for i, raw in enumerate(lines):
+        end = pos + len(raw) + (1 if i < n - 1 else 0)
+        text = raw.strip()
+        if text:
+            try:
+                row = json.loads(text.decode("utf-8"))
+                if not isinstance(row, dict):
+                    raise ValueError("not a JSON object")
+            except (ValueError, UnicodeDecodeError) as e:
+                if i == last:
+                    logging.getLogger(__name__).warning(
+                        "%s: dropped a torn last line (%d bytes, left by an interrupted write); "
+                        "its work will be redone", path, len(data) - good_end)
+                    with open(path, "r+b") as f:
+                        f.truncate(good_end)
+                        f.flush()
+                        os.fsync(f.fileno())
+                    return out
+                raise ValueError(f"{path}:{i + 1}: not valid JSON ({e}); this is not a torn last line "
+                                 "but damage inside the file: fix or remove that line") from e
+            out.append(row)
+        if i < n - 1:
+            good_end = end
+        elif text:  # a complete JSON object without its newline: keep it, add the newline
+            with open(path, "ab") as f:
+                f.write(b"\n")
+        pos = end
     return out
 
 
@@ -114,3 +255,32 @@ def progress(iterable: Iterable[Any], show: bool | None = None, **kw: Any) -> It
     from tqdm.auto import tqdm
 
     return tqdm(iterable, **kw)
+
+
+def write_json(path: str | os.PathLike[str], obj: Any, indent: int | None = 2) -> None:
+    """Write ``obj`` as JSON to ``path`` atomically (temp file + ``os.replace``), newline-terminated.
+
+    Non-ASCII text is kept as is; values JSON cannot hold (paths, dates, NumPy scalars) are written
+    through ``str``.
+    """
+    atomic_write_text(path, json.dumps(obj, indent=indent, ensure_ascii=False, default=str) + "\n")
+
+
+def save_figure(fig: Any, path: str | os.PathLike[str], dpi: int = 120, tight: bool = True) -> str:
+    """Save a matplotlib figure to ``path`` atomically (temp file + rename) and close it.
+
+    The format follows ``path``'s suffix (``.png``, ``.pdf``, ``.svg``); returns ``str(path)``.
+    """
+    import matplotlib.pyplot as plt
+
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=p.suffix or ".png")
+    os.close(fd)
+    try:
+        fig.savefig(tmp, dpi=dpi, bbox_inches="tight" if tight else None)
+        os.replace(tmp, p)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+        plt.close(fig)
+    return str(p)

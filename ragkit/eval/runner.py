@@ -37,7 +37,7 @@ from ragkit.eval.metrics import (
     ir_metrics_per_query,
     rouge_l,
 )
-from ragkit.io import append_jsonl, atomic_write_text, progress, read_jsonl
+from ragkit.io import append_jsonl, atomic_write_text, progress, read_appended_jsonl, write_json
 from ragkit.types import Passage, QARecord, RankedList
 
 __all__ = [
@@ -184,7 +184,7 @@ def bootstrap_ci(
 
 
 def _load_records(cfg: EvalConfig) -> list[QARecord]:
-    from ragkit.eval.datasets import load_dataset, sample_records
+    from ragkit.datasets import load_dataset, sample_records
 
     if cfg.sample and cfg.data_file is None:
         return sample_records(cfg.limit)
@@ -218,7 +218,7 @@ def candidates_for(
             out.append(RankedList.from_scores(ps, [float(len(ps) - i) for i in range(len(ps))], r.query))
         return out
     if retriever is None:
-        from ragkit.eval.datasets import pooled_corpus
+        from ragkit.datasets import pooled_corpus
 
         corpus = pooled_corpus(records)
         if not corpus:
@@ -305,7 +305,7 @@ def _read_partial(path: Path, fingerprint: str, resume: bool) -> dict[tuple[str,
     if not resume:
         path.unlink()
         return {}
-    rows = read_jsonl(path)
+    rows = read_appended_jsonl(path)
     if not rows or rows[0].get("_fingerprint") != fingerprint:
         raise ValueError(
             f"{path} was written by a run with another configuration; pass --no-resume to start over "
@@ -380,7 +380,7 @@ def run_eval(
     if not recs:
         raise ValueError("no records to evaluate (empty dataset or --limit 0)")
     dataset = "hotpotqa" if cfg.sample and cfg.data_file is None else cfg.dataset
-    from ragkit.eval.datasets import _canonical
+    from ragkit.datasets import _canonical
 
     dataset = _canonical(dataset)
     if cfg.retriever == "given" and any(r.metadata.get("setting") == "fullwiki" for r in recs):
@@ -480,12 +480,12 @@ def run_eval(
     }
     from ragkit.eval.report import markdown_report
 
-    atomic_write_text(out_path, json.dumps(report, indent=2, ensure_ascii=False, default=str))
+    write_json(out_path, report)
     atomic_write_text(md_path, markdown_report(report))
     if plot_dir:
         from ragkit.eval.plots import plot_aggregate
 
         report["plots"] = plot_aggregate(report, plot_dir)
-        atomic_write_text(out_path, json.dumps(report, indent=2, ensure_ascii=False, default=str))
+        write_json(out_path, report)
     partial.unlink(missing_ok=True)
     return report

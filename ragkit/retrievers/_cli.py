@@ -30,7 +30,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Index a corpus (JSONL lines {\"id\", \"text\", \"title\"?}); without --corpus "
                     "the bundled HotpotQA sample corpus is indexed.")
     p.add_argument("--corpus", help="corpus JSONL file (.gz ok); default: bundled sample")
-    p.add_argument("--out", required=True, help="index folder to write (replaced atomically)")
+    p.add_argument("--out", required=True,
+                   help="index folder to write: new, empty or a previous ragkit index (replaced atomically)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace another ragkit artifact or a file at --out (never a folder of other files)")
     p.add_argument("--kind", choices=("bm25", "dense", "hybrid"), default="bm25")
     p.add_argument("--embedder", default=None,
                    help="sentence-transformers name or path (default: embedded all-MiniLM-L6-v2)")
@@ -84,14 +87,15 @@ def _build_retriever(args: argparse.Namespace) -> Any:
 def cmd_index(args: argparse.Namespace) -> int:
     """Handler of ``ragkit index``."""
     from ragkit.cli import emit
-    from ragkit.io import read_jsonl
+    from ragkit.io import check_writable_dir, read_jsonl
     from ragkit.types import Passage
 
+    check_writable_dir(args.out, "index", args.overwrite)  # before any work
     if args.corpus:
         passages = [Passage.from_dict(r) for r in read_jsonl(args.corpus)]
         source = args.corpus
     else:
-        from ragkit.eval.datasets import sample_corpus
+        from ragkit.datasets import sample_corpus
 
         passages = sample_corpus()
         source = "bundled HotpotQA sample"
@@ -99,7 +103,7 @@ def cmd_index(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     retriever.index(passages)
     t_index = time.perf_counter() - t0
-    retriever.save(args.out)
+    retriever.save(args.out, overwrite=args.overwrite)
     summary = {"out": str(args.out), "kind": retriever.kind, "n_docs": len(retriever),
                "corpus": source, "index_seconds": round(t_index, 3), "params": retriever.params}
     if args.json:
@@ -142,7 +146,7 @@ def cmd_search(args: argparse.Namespace) -> int:
         retriever = load_retriever(args.index, **kw)
         source = str(args.index)
     else:
-        from ragkit.eval.datasets import sample_corpus
+        from ragkit.datasets import sample_corpus
 
         retriever = BM25Retriever(show_progress=False).index(sample_corpus())
         source = "in-memory BM25 of the bundled HotpotQA sample"

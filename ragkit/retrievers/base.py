@@ -28,7 +28,7 @@ from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 
-from ragkit.io import atomic_dir, atomic_write_text, read_jsonl, write_jsonl
+from ragkit.io import atomic_dir, read_jsonl, write_json, write_jsonl
 from ragkit.types import Hit, Passage, Query, RankedList, as_query
 
 logger = logging.getLogger(__name__)
@@ -368,12 +368,17 @@ class Retriever(ABC):
         """Rebuild a retriever from its saved folder (passages already read)."""
 
     # ------------------------------------------------------------------ persistence
-    def save(self, path: str | os.PathLike[str]) -> Path:
-        """Write the index atomically to the folder ``path`` (replacing it); returns the path."""
+    def save(self, path: str | os.PathLike[str], overwrite: bool = False) -> Path:
+        """Write the index atomically to the folder ``path``; returns the path.
+
+        ``path`` may be new, empty or a previous ragkit index (which is replaced); a folder of other
+        files is never replaced, and another ragkit artifact or a file only with ``overwrite=True``
+        (see :func:`ragkit.io.check_writable_dir`).
+        """
         if not self.is_indexed:
             raise ValueError("nothing to save: call .index(passages) before .save(dir)")
         path = Path(path)
-        with atomic_dir(path) as tmp:
+        with atomic_dir(path, kind="index", overwrite=overwrite) as tmp:
             self._write_into(tmp)
         logger.info("saved %s index of %d passages to %s", self.kind, len(self), path)
         return path
@@ -392,7 +397,7 @@ class Retriever(ABC):
             **self._manifest_extra(),
             "files": _file_digests(folder),
         }
-        atomic_write_text(folder / MANIFEST, json.dumps(manifest, indent=2, ensure_ascii=False))
+        write_json(folder / MANIFEST, manifest)
 
     @classmethod
     def load(cls: type[R], path: str | os.PathLike[str], verify: bool = True, **kwargs: Any) -> R:

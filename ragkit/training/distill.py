@@ -17,28 +17,28 @@ the targets ``y_i = (u_i - mean(u)) / (std(u) · T)`` (z-scored utilities, tempe
 * ``"listnet"`` (listwise; Cao et al., ICML 2007): ``L = CE(softmax(y), softmax(f))``;
 * ``"lambdaloss"`` (Wang et al., CIKM 2018): RankNet pairs weighted by the NDCG-Loss2++ scheme.
 
-At inference all (query, passage) pairs of all queries go through one batched ``predict`` call:
-``k`` encoder passes per query and no generator pass.
+The trained student is a :class:`ragkit.debias.student.DistilledReranker` (the inference side lives
+in ``ragkit.debias`` so that evaluation and serving never import the trainers): at inference all
+(query, passage) pairs of all queries go through one batched ``predict`` call, ``k`` encoder
+passes per query and no generator pass.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ragkit.io import atomic_dir, progress_enabled
-from ragkit.reranking import Reranker
+from ragkit.debias.cross_encoder import pair_text
+from ragkit.debias.student import META_FILE, DistilledReranker
+from ragkit.io import check_writable_dir, progress_enabled
 from ragkit.training.labels import LabelRecord, read_labels
-from ragkit.types import Passage, Query, RankedList
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -57,8 +57,6 @@ __all__ = [
 ]
 
 LOSSES = ("ranknet", "listnet", "lambdaloss")
-META_FILE = "ragkit_distill.json"
-_META_FORMAT = "ragkit-distilled-reranker/1"
 
 
 def label_targets(u: Sequence[float], temperature: float = 1.0) -> list[float]:
@@ -73,176 +71,6 @@ def label_targets(u: Sequence[float], temperature: float = 1.0) -> list[float]:
     if sd < 1e-12:
         return [0.0] * len(a)
     return [float(x) for x in (a - a.mean()) / (sd * temperature)]
-
-
-def _pair_text(p: Passage) -> str:
-    return p.contents
-
-
-class DistilledReranker(Reranker):
-    """A cross-encoder student of MoI: one encoder pass per (query, passage) pair.
-
-    Parameters
-    ----------
-    model
-        A sentence-transformers ``CrossEncoder`` with one output (a raw logit per pair).
-    metadata
-        Training provenance saved beside the weights (base model, loss, label file, ...).
-    batch_size
-        Pairs per encoder forward in :meth:`score_pairs`.
-    show_progress
-        Progress bar in ``predict`` (``None``: off unless logging at INFO).
-
-    Examples
-    --------
-    >>> student = DistilledReranker.load("students/minilm-moi")       # doctest: +SKIP
-    >>> student.rank("Who wrote Hamlet?", ["Hamlet is a play by Shakespeare.", "Paris ..."]).top_k(1)
-    """
-
-    def __init__(
-        self,
-        model: CrossEncoder,
-        metadata: Mapping[str, Any] | None = None,
-        batch_size: int = 64,
-        show_progress: bool | None = None,
-    ) -> None:
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-        if model.num_labels != 1:
-            raise ValueError(
-                f"the student cross-encoder must have 1 output label, this one has {model.num_labels}; "
-                "build it with DistilledReranker.from_base(...)"
-            )
-        self.model = model
-        self.metadata: dict[str, Any] = dict(metadata or {})
-        self.batch_size = batch_size
-        self.show_progress = show_progress
-        self.forward_passes = 0  # encoder sequences scored so far (cost accounting)
-
-    # ------------------------------------------------------------------ construction
-    @classmethod
-    def from_base(
-        cls,
-        base_model: str | None = None,
-        *,
-        device: str = "auto",
-        max_length: int = 256,
-        seed: int = 0,
-        batch_size: int = 64,
-    ) -> DistilledReranker:
-        """A fresh (untrained head) student from an encoder.
-
-        Parameters
-        ----------
-        base_model
-            ``None`` for the embedded all-MiniLM-L6-v2; any sentence-transformers folder, Hugging
-            Face encoder or cross-encoder (path or hub id).
-        device
-            ``"auto"``, ``"cpu"``, ``"cuda"``, ...
-        max_length
-            Token limit of a (query, passage) pair; longer pairs are truncated.
-        seed
-            Seeds the randomly initialised scoring head.
-        """
-        import torch
-        from sentence_transformers import CrossEncoder
-
-        from ragkit.models import resolve_device, resolve_embedder_path
-
-        path = resolve_embedder_path(base_model)
-        torch.manual_seed(seed)
-        model = CrossEncoder(
-            path,
-            num_labels=1,
-            max_length=max_length,
-            device=resolve_device(device),
-            activation_fn=torch.nn.Identity(),
-        )
-        meta = {"base_model": base_model or "all-MiniLM-L6-v2", "base_path": path,
-                "max_length": max_length, "seed": seed}
-        return cls(model, meta, batch_size=batch_size)
-
-    @classmethod
-    def from_pretrained(
-        cls, name_or_path: str, *, device: str = "auto", batch_size: int = 64, max_length: int | None = None
-    ) -> DistilledReranker:
-        """Wrap any existing one-output cross-encoder (hub id or folder) without training."""
-        import torch
-        from sentence_transformers import CrossEncoder
-
-        from ragkit.models import resolve_device
-
-        model = CrossEncoder(name_or_path, device=resolve_device(device), max_length=max_length,
-                             activation_fn=torch.nn.Identity())
-        return cls(model, {"base_model": name_or_path}, batch_size=batch_size)
-
-    @classmethod
-    def load(cls, path: str | os.PathLike[str], *, device: str = "auto", batch_size: int = 64) -> DistilledReranker:
-        """Load a student saved by :meth:`save` (or by ``ragkit distill``)."""
-        import torch
-        from sentence_transformers import CrossEncoder
-
-        from ragkit.models import resolve_device
-
-        p = Path(path)
-        if not p.is_dir():
-            raise FileNotFoundError(f"no such reranker folder: {p}; train one with `ragkit distill`")
-        meta_path = p / META_FILE
-        if not meta_path.exists():
-            raise ValueError(
-                f"{p} is not a ragkit distilled reranker (no {META_FILE}); train one with "
-                "`ragkit distill --labels FILE --out DIR`, or wrap a plain cross-encoder with "
-                "DistilledReranker.from_pretrained(path)"
-            )
-        try:
-            meta = json.loads(meta_path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{meta_path} is not valid JSON ({e.msg}); the folder is damaged, retrain") from e
-        if meta.get("format") != _META_FORMAT:
-            raise ValueError(f"{meta_path}: unknown format {meta.get('format')!r}; expected {_META_FORMAT!r}")
-        model = CrossEncoder(str(p), device=resolve_device(device), activation_fn=torch.nn.Identity(),
-                             local_files_only=True)
-        return cls(model, meta.get("metadata", {}), batch_size=batch_size)
-
-    def save(self, path: str | os.PathLike[str]) -> Path:
-        """Save weights (safetensors), tokenizer, config and ``ragkit_distill.json`` atomically."""
-        out = Path(path)
-        with atomic_dir(out) as tmp:
-            self.model.save(str(tmp), safe_serialization=True)
-            meta = {"format": _META_FORMAT, "metadata": self.metadata}
-            (tmp / META_FILE).write_text(json.dumps(meta, indent=2, ensure_ascii=False, default=str),
-                                         encoding="utf-8")
-        logger.info("saved distilled reranker to %s", out)
-        return out
-
-    # ------------------------------------------------------------------ scoring
-    def score_pairs(self, queries: Sequence[str], passages: Sequence[Sequence[Passage]]) -> list[np.ndarray]:
-        """Raw student scores, one array per query, from ONE batched ``predict`` over all pairs."""
-        if len(queries) != len(passages):
-            raise ValueError(f"{len(queries)} queries but {len(passages)} passage lists")
-        pairs = [(q, _pair_text(p)) for q, ps in zip(queries, passages) for p in ps]
-        if not pairs:
-            return [np.zeros(0, dtype=np.float32) for _ in queries]
-        show = self.show_progress if self.show_progress is not None else False
-        flat = self.model.predict(pairs, batch_size=self.batch_size, show_progress_bar=show and progress_enabled(),
-                                  convert_to_numpy=True)
-        self.forward_passes += len(pairs)
-        flat = np.asarray(flat, dtype=np.float32).reshape(-1)
-        out: list[np.ndarray] = []
-        start = 0
-        for ps in passages:
-            out.append(flat[start : start + len(ps)])
-            start += len(ps)
-        return out
-
-    def _rank_many(
-        self,
-        queries: list[Query],
-        passages: list[list[Passage]],
-        scores: list[list[float] | None],
-    ) -> list[RankedList]:
-        per_query = self.score_pairs([q.text for q in queries], passages)
-        return [RankedList.from_scores(ps, s.tolist(), q) for q, ps, s in zip(queries, passages, per_query)]
 
 
 # ----------------------------------------------------------------------------- training
@@ -271,7 +99,7 @@ def _training_rows(labels: Sequence[LabelRecord], temperature: float) -> dict[st
     rows: dict[str, list[Any]] = {"query": [], "docs": [], "labels": []}
     for lab in labels:
         rows["query"].append(lab.question)
-        rows["docs"].append([_pair_text(p) for p in lab.passages()])
+        rows["docs"].append([pair_text(p) for p in lab.passages()])
         rows["labels"].append(label_targets(lab.u, temperature))
     return rows
 
@@ -344,6 +172,7 @@ def train_student(
     lr: float = 2e-5,
     seed: int = 0,
     *,
+    overwrite: bool = False,
     max_length: int = 256,
     temperature: float = 1.0,
     warmup_ratio: float = 0.1,
@@ -359,7 +188,10 @@ def train_student(
     labels
         Label records or a label file (:func:`ragkit.training.labels.read_labels`).
     out_dir
-        Where the trained student is saved (atomically); ``None`` keeps it in memory only.
+        Where the trained student is saved (atomically); ``None`` keeps it in memory only. Checked
+        before training: it may only be new, empty or a previous distilled reranker.
+    overwrite
+        Also replace another ragkit artifact or a file at ``out_dir`` (never a folder of other files).
     base_model
         Encoder to start from (``None``: embedded all-MiniLM-L6-v2).
     loss
@@ -383,6 +215,8 @@ def train_student(
     -------
     StudentTrainResult
     """
+    if out_dir is not None:
+        check_writable_dir(out_dir, "reranker", overwrite)  # before any training
     from datasets import Dataset
     from transformers import PrinterCallback
     from sentence_transformers.cross_encoder import CrossEncoderTrainer, CrossEncoderTrainingArguments
@@ -446,7 +280,7 @@ def train_student(
         }
     )
     if out_dir is not None:
-        student.save(out_dir)
+        student.save(out_dir, overwrite=overwrite)
     logger.info("trained student on %d queries in %.1f s (loss %s -> %s)", len(labs), seconds, initial, final)
     return StudentTrainResult(
         reranker=student,

@@ -23,6 +23,8 @@ _DATASETS = ("auto", "hotpotqa", "msmarco", "nq-open")
 def _add_train_args(p: argparse.ArgumentParser, required: bool) -> None:
     p.add_argument("--labels", required=required, help="label file (JSONL) from `ragkit distill labels`")
     p.add_argument("--out", required=required, help="folder for the trained student (written atomically)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace another ragkit artifact or a file at --out (never a folder of other files)")
     p.add_argument("--base-model", default=None,
                    help="encoder to start from: sentence-transformers/HF path or hub id (default: embedded MiniLM)")
     p.add_argument("--loss", default="ranknet", choices=("ranknet", "listnet", "lambdaloss"),
@@ -57,7 +59,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     lab.add_argument("--data-file", required=True,
                      help="HotpotQA JSONL, MS MARCO QnA JSON, or NQ-open JSONL(.gz) with answers and passages")
     lab.add_argument("--dataset", default="auto", choices=_DATASETS,
-                     help="format of --data-file (auto: .json -> msmarco, nq in the name -> nq-open, else hotpotqa)")
+                     help="format of --data-file (auto: told from the file's content)")
     lab.add_argument("--out", required=True, help="label file (JSONL); existing question ids are skipped")
     lab.add_argument("--limit", type=int, default=None, help="first N questions of the data file")
     lab.add_argument("--model", default=None, help="generator (default: embedded SmolLM2-135M-Instruct)")
@@ -89,6 +91,7 @@ def _train(args: argparse.Namespace) -> int:
         max_length=args.max_length,
         temperature=args.temperature,
         device=args.device,
+        overwrite=args.overwrite,
     )
     report = res.to_dict()
     print(
@@ -102,25 +105,22 @@ def _train(args: argparse.Namespace) -> int:
 def _infer_dataset(path: str, dataset: str) -> str:
     if dataset != "auto":
         return dataset
-    low = path.lower()
-    if low.endswith(".json"):
-        return "msmarco"
-    if "nq" in low.rsplit("/", 1)[-1]:
-        return "nq-open"
-    return "hotpotqa"
+    from ragkit.datasets import detect_format
+
+    return detect_format(path)
 
 
 def _load_records(path: str, dataset: str, limit: int | None) -> list[Any]:
     name = _infer_dataset(path, dataset)
     if name == "hotpotqa":
-        from ragkit.eval.datasets import load_hotpotqa
+        from ragkit.datasets import load_hotpotqa
 
         return load_hotpotqa(path, limit)
-    from ragkit.eval import datasets as ds
+    from ragkit import datasets as ds
 
     loader = getattr(ds, "load_dataset", None)
     if loader is None:
-        raise RuntimeError(f"this ragkit cannot read {name!r} files yet (ragkit.eval.datasets.load_dataset is missing)")
+        raise RuntimeError(f"this ragkit cannot read {name!r} files yet (ragkit.datasets.load_dataset is missing)")
     return loader(name, path=path, limit=limit)
 
 

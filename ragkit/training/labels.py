@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ragkit.io import append_jsonl, atomic_write_text, progress
+from ragkit.io import append_jsonl, atomic_write_text, progress, read_appended_jsonl
 from ragkit.types import Passage, QARecord
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -226,24 +226,14 @@ def ranking_from_utilities(passage_ids: Sequence[str], u: Sequence[float]) -> tu
 
 
 # ----------------------------------------------------------------------------- file I/O
-def _parse_lines(path: Path, lines: Iterable[str]) -> list[LabelRecord]:
+def _parse_rows(path: Path, rows: Iterable[dict[str, Any]]) -> list[LabelRecord]:
     out: list[LabelRecord] = []
     seen: dict[str, int] = {}
-    for i, line in enumerate(lines, 1):
-        line = line.strip()
-        if not line:
-            continue
-        where = f"{path}:{i}"
-        try:
-            d = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise ValueError(
-                f"{where}: not valid JSON ({e.msg}); a run killed mid-write leaves a partial last "
-                "line: delete it (or rerun `ragkit distill labels`, which repairs it) and retry"
-            ) from e
+    for i, d in enumerate(rows, 1):
+        where = f"{path}: record {i}"
         rec = LabelRecord.from_dict(d, where)
         if rec.qid in seen:
-            raise ValueError(f"{where}: duplicate qid {rec.qid!r} (first at line {seen[rec.qid]}); remove one")
+            raise ValueError(f"{where}: duplicate qid {rec.qid!r} (first at record {seen[rec.qid]}); remove one")
         seen[rec.qid] = i
         out.append(rec)
     return out
@@ -264,8 +254,7 @@ def read_labels(path: str | os.PathLike[str]) -> list[LabelRecord]:
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"no such label file: {path}; make one with `ragkit distill labels`")
-    with open(path, encoding="utf-8") as f:
-        out = _parse_lines(path, f)
+    out = _parse_rows(path, read_appended_jsonl(path))
     if not out:
         raise ValueError(f"{path} holds no labels; make some with `ragkit distill labels`")
     return out
@@ -277,19 +266,8 @@ def write_labels(path: str | os.PathLike[str], labels: Iterable[LabelRecord]) ->
 
 
 def _existing_qids(path: Path) -> set[str]:
-    """Question ids already in a (possibly interrupted) label file; repairs a partial last line."""
-    if not path.exists():
-        return set()
-    text = path.read_text(encoding="utf-8")
-    lines = text.splitlines()
-    if lines and not text.endswith("\n"):
-        try:
-            json.loads(lines[-1])
-        except json.JSONDecodeError:
-            logger.warning("%s: dropping a partial last line left by an interrupted run", path)
-            lines = lines[:-1]
-            atomic_write_text(path, "".join(line + "\n" for line in lines))
-    return {r.qid for r in _parse_lines(path, lines)}
+    """Question ids already in a (possibly interrupted) label file; a torn last line is dropped."""
+    return {r.qid for r in _parse_rows(path, read_appended_jsonl(path))}
 
 
 # ----------------------------------------------------------------------------- generation

@@ -3,7 +3,7 @@
 Hamman et al., "Improving Consistency in Retrieval-Augmented Systems with Group Similarity
 Rewards", NeurIPS 2025, arXiv 2510.04392.
 
-For every paraphrase set (``n`` wordings of one question, :mod:`ragkit.training.paraphrase`)
+For every paraphrase set (``n`` wordings of one question, :mod:`ragkit.paraphrase`)
 the policy samples ``g`` answers per wording; a rollout's reward is its mean similarity to
 the rollouts of the *other* wordings (:mod:`ragkit.training.rewards`, exact or the unbiased
 ``kappa``/``s`` approximation), plus ``w * F1(answer, gold)``. Advantages are normalised within
@@ -45,7 +45,6 @@ GPU use (same code; vLLM for rollouts, accelerate/DeepSpeed for the update)::
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
@@ -58,10 +57,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from torch.utils.data import Sampler
 
-from ragkit.training.paraphrase import ParaphraseSet
+from ragkit.paraphrase import ParaphraseSet
+from ragkit.similarity import get_similarity
 from ragkit.training.rewards import (
     approx_group_similarity_rewards,
-    get_similarity,
     gold_f1,
     group_similarity_rewards,
 )
@@ -119,7 +118,7 @@ def load_training_records(path: str | os.PathLike[str], limit: int | None = None
     ``supporting_facts`` -> HotpotQA distractor format; otherwise ``{id, question, answers,
     passages?, gold_ids?}`` with passages as ``Passage.to_dict`` records.
     """
-    from ragkit.eval.datasets import hotpotqa_record
+    from ragkit.datasets import hotpotqa_record
     from ragkit.io import read_jsonl
 
     p = Path(path)
@@ -613,7 +612,7 @@ def train_psgrpo(
     import time
 
     from ragkit.generation import Generator
-    from ragkit.io import atomic_dir, atomic_write_text
+    from ragkit.io import atomic_dir, check_writable_dir, write_json
 
     settings.validate()
     bad = [s.set_id for s in sets if len(s) != settings.n]
@@ -621,6 +620,7 @@ def train_psgrpo(
         raise ValueError(f"{len(bad)} set(s) (e.g. {bad[0]!r}) do not have n={settings.n} members; "
                          "rebuild them with build_paraphrase_sets(..., n=settings.n - 1)")
     out = Path(output_dir)
+    check_writable_dir(out / "final", "model")  # before any training, not after it
     out.mkdir(parents=True, exist_ok=True)
     policy, tok, path = load_policy(model, device=device)
     gen = Generator.from_components(policy, tok, name=path, template=template,
@@ -647,7 +647,7 @@ def train_psgrpo(
     orig = getattr(final_model.generation_config, "ragkit_original_eos", None)
     if orig is not None:
         final_model.generation_config.eos_token_id = orig
-    with atomic_dir(out / "final") as tmp:
+    with atomic_dir(out / "final", kind="model", overwrite=False) as tmp:
         final_model.save_pretrained(tmp, safe_serialization=True)
         tok.save_pretrained(tmp)
     tokens = sum(float(h.get("completions/mean_length", 0.0)) * settings.sets_per_batch * settings.n * settings.g
@@ -667,5 +667,5 @@ def train_psgrpo(
         "reward_comparisons": reward.comparisons,
         "final_dir": str(out / "final"),
     }
-    atomic_write_text(out / "psgrpo_summary.json", json.dumps(summary, indent=2, default=str))
+    write_json(out / "psgrpo_summary.json", summary)
     return summary
