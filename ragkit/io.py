@@ -18,6 +18,8 @@ __all__ = [
     "check_writable_dir",
     "ARTIFACT_MARKER",
     "read_appended_jsonl",
+    "exclusive_lock",
+    "LockedError",
     "read_jsonl",
     "write_jsonl",
     "write_json",
@@ -239,6 +241,59 @@ def append_jsonl(path: str | os.PathLike[str], rows: Iterable[dict[str, Any]]) -
             f.write(json.dumps(r, ensure_ascii=False) + "\n")
         f.flush()
         os.fsync(f.fileno())
+
+
+class LockedError(RuntimeError):
+    """Another live process holds the lock on an output that ragkit is about to write."""
+
+
+@contextmanager
+def exclusive_lock(target: str | os.PathLike[str], what: str = "output") -> Iterator[Path]:
+    """Hold an exclusive lock on ``target`` (a file or folder ragkit writes) for the block.
+
+    The lock is ``<target>.lock`` locked with ``fcntl.flock`` and holding the owner's PID. Two runs
+    writing the same ``--out`` would both do all the work and race; the second one now stops at
+    once with :class:`LockedError` naming the PID that holds it. A lock left by a killed process is
+    stale by construction (the kernel drops ``flock`` locks of dead processes), so it never blocks
+    a later run. On platforms without ``fcntl`` the block runs unlocked.
+    """
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX
+        yield Path(target)
+        return
+    target = Path(target)
+    lock = target.with_name(target.name + ".lock")
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    while True:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            try:
+                owner = os.pread(fd, 64, 0).decode("ascii", "replace").strip() or "?"
+            finally:
+                os.close(fd)
+            raise LockedError(
+                f"{target} is in use by PID {owner} (another ragkit run writing the same {what}); "
+                f"wait for it to finish or stop it, or choose another path (lock file: {lock})"
+            ) from None
+        try:  # the file we locked may have been unlinked by its previous owner meanwhile
+            same = os.fstat(fd).st_ino == os.stat(lock).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode("ascii"), 0)
+        yield target
+    finally:
+        try:
+            lock.unlink(missing_ok=True)
+        finally:
+            os.close(fd)
 
 
 def progress_enabled(show: bool | None = None) -> bool:
