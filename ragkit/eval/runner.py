@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from ragkit.eval import msmarco_official
 from ragkit.eval.metrics import (
     best_subspan_em,
     bleu,
@@ -57,7 +58,8 @@ logger = logging.getLogger(__name__)
 RETRIEVERS: tuple[str, ...] = ("given", "bm25", "dense", "hybrid")
 DATASET_METRICS: dict[str, tuple[str, ...]] = {
     "hotpotqa": ("em", "f1"),
-    "msmarco": ("rouge_l", "bleu1", "bleu2"),
+    "msmarco": ("rouge_l", "bleu1", "bleu2", "rougeL_official", "bleu1_official", "bleu2_official",
+                "bleu3_official", "bleu4_official"),
     "nq-open": ("subspan_em", "em", "f1"),
 }
 RANKING_METRICS: tuple[str, ...] = ("mrr@10", "recall@2")
@@ -151,6 +153,8 @@ def answer_metrics(dataset: str, prediction: str, answers: Sequence[str]) -> dic
             "rouge_l": rouge_l(prediction, answers),
             "bleu1": bleu(prediction, answers, n=1),
             "bleu2": bleu(prediction, answers, n=2),
+            # the leaderboard's protocol (ragkit.eval.msmarco_official): spaCy tokens, beta 1.2
+            **msmarco_official.answer_metrics(prediction, answers),
         }
     if dataset == "nq-open":
         return {
