@@ -115,7 +115,7 @@ def main() -> int:
     a = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     os.environ.setdefault("RAGKIT_NO_PROGRESS", "1")
-    from ragkit.eval.datasets import load_dataset
+    from ragkit.datasets import load_dataset
     from ragkit.models import resolve_generator_path
     from ragkit.training.cord import CORDSettings, train_cord
     from ragkit.training.data import load_examples

@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     from transformers import DynamicCache
 
-    from ragkit.eval.datasets import load_hotpotqa
+    from ragkit.datasets import load_hotpotqa
     from ragkit.generation import Generator
     from ragkit.io import atomic_write_text
 

@@ -44,7 +44,7 @@ def _rollouts(n: int, g: int, rng: np.random.Generator, pool: list[str]) -> list
 
 
 def bench_rewards(configs: list[tuple[int, int]], kappa: int, s: int, repeats: int) -> list[dict]:
-    from ragkit.eval.datasets import sample_records
+    from ragkit.datasets import sample_records
     from ragkit.training.rewards import approx_group_similarity_rewards, group_similarity_rewards
 
     pool = sorted({a for r in sample_records() for a in r.answers})[:40] or ["Paris", "London"]
@@ -67,8 +67,8 @@ def bench_rewards(configs: list[tuple[int, int]], kappa: int, s: int, repeats: i
 
 
 def bench_step(model: str, steps: int, n: int, g: int, max_new: int) -> dict:
-    from ragkit.eval.datasets import sample_records
-    from ragkit.training.paraphrase import RuleParaphraser, build_paraphrase_sets
+    from ragkit.datasets import sample_records
+    from ragkit.paraphrase import RuleParaphraser, build_paraphrase_sets
     from ragkit.training.psgrpo import PSGRPOSettings, select_passages, train_psgrpo
 
     tmp = Path(tempfile.mkdtemp(prefix="psgrpo-bench-"))

@@ -70,9 +70,9 @@ def main() -> None:
     import torch
 
     from ragkit.eval.consistency import paraphrase_sets
-    from ragkit.eval.datasets import load_hotpotqa
+    from ragkit.datasets import load_hotpotqa
     from ragkit.retrievers import BM25Retriever
-    from ragkit.training.paraphrase import RuleParaphraser, build_paraphrase_sets
+    from ragkit.paraphrase import RuleParaphraser, build_paraphrase_sets
     from ragkit.training.psgrpo import PSGRPOSettings, select_passages, train_psgrpo
 
     torch.set_num_threads(2)

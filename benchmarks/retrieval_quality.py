@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from ranx import Qrels, Run, evaluate
 
-    from ragkit.eval.datasets import load_hotpotqa
+    from ragkit.datasets import load_hotpotqa
     from ragkit.retrievers import BM25Retriever, DenseRetriever, HybridRetriever
     from ragkit.types import Passage
 

@@ -14,10 +14,16 @@ Supported datasets (:func:`load_dataset`):
 
 Each loads from a local file (``path``) or, without a path, from the Hugging Face hub through
 ``datasets.load_dataset`` (needs network access).
+
+:func:`detect_format` is the ONE format detector: it tells the three schemas apart from a file's
+*content* (its first record's keys), never from the file name; JSON array, the official
+column-wise MS MARCO JSON and (gzipped) JSONL are all read by content as well.
 """
 
 from __future__ import annotations
 
+import gzip
+import itertools
 import json
 import logging
 import os
@@ -31,6 +37,8 @@ from ragkit.types import Passage, QARecord
 __all__ = [
     "SAMPLE_HOTPOTQA",
     "DATASET_NAMES",
+    "detect_format",
+    "format_of_record",
     "hotpotqa_record",
     "load_hotpotqa",
     "msmarco_record",
@@ -48,7 +56,7 @@ logger = logging.getLogger(__name__)
 DATASET_NAMES: tuple[str, ...] = ("hotpotqa", "msmarco", "nq-open")
 MSMARCO_NO_ANSWER = "No Answer Present."
 
-SAMPLE_HOTPOTQA = Path(__file__).resolve().parents[1] / "data" / "hotpotqa_dev_sample.jsonl"
+SAMPLE_HOTPOTQA = Path(__file__).resolve().parent / "data" / "hotpotqa_dev_sample.jsonl"
 
 
 def hotpotqa_record(raw: Mapping[str, Any]) -> QARecord:
@@ -144,26 +152,141 @@ def load_msmarco(
     """Read MS MARCO QnA from a local JSON array (``[{query_id, query, passages, answers}, ...]``),
     a JSONL file (one record a line, ``.gz`` ok) or the official column-wise JSON
     (``{"query_id": {"0": ...}, "query": {...}, ...}``)."""
-    p = Path(path)
-    if not p.exists():
-        raise FileNotFoundError(f"MS MARCO file not found: {p}")
-    if p.suffix in (".jsonl", ".gz"):
-        rows: list[dict[str, Any]] = read_jsonl(p)
-    else:
-        with open(p, encoding="utf-8") as f:
-            data = json.load(f)
-        if isinstance(data, list):
-            rows = data
-        elif isinstance(data, Mapping) and "query_id" in data and isinstance(data["query_id"], Mapping):
-            keys = list(data["query_id"])
-            rows = [{col: data[col].get(k) for col in data} for k in keys]
-        else:
-            raise ValueError(
-                f"{p}: expected a JSON array of MS MARCO records or the official column-wise JSON"
-            )
+    rows = _read_rows(path, "MS MARCO")
     if limit is not None:
         rows = rows[:limit]
     return [msmarco_record(r, version) for r in rows]
+
+
+def _open_text(p: Path) -> Any:
+    """Open a text file, gunzipping it when its first bytes are the gzip magic number."""
+    with open(p, "rb") as f:
+        magic = f.read(2)
+    if magic == b"\x1f\x8b":
+        return gzip.open(p, "rt", encoding="utf-8")
+    return open(p, encoding="utf-8")
+
+
+def _is_columnwise(obj: Mapping[str, Any]) -> bool:
+    """The official MS MARCO layout: ``{"query_id": {"0": ...}, "query": {"0": ...}, ...}``."""
+    return isinstance(obj.get("query_id"), Mapping)
+
+
+def _read_rows(path: str | os.PathLike[str], what: str = "data") -> list[dict[str, Any]]:
+    """All records of a local data file, its layout told by content.
+
+    A JSON array of records, the column-wise MS MARCO JSON, a single JSON object holding one record,
+    or JSONL (one record a line; gzipped or not).
+    """
+    p = Path(path)
+    if not p.exists():
+        raise FileNotFoundError(f"{what} file not found: {p}")
+    if p.is_dir():
+        raise ValueError(f"{p} is a folder; pass the data file inside it")
+    with _open_text(p) as f:
+        first = next((ln for ln in itertools.islice(f, 50) if ln.strip()), None)
+    if first is None:
+        raise ValueError(f"{p} is empty; pass a HotpotQA, MS MARCO or NQ-open data file")
+    head = first.lstrip()
+    if not head.startswith("["):
+        try:
+            obj = json.loads(first)
+        except json.JSONDecodeError:
+            obj = None
+        if isinstance(obj, dict) and not _is_columnwise(obj):
+            return _read_jsonl_any(p)
+    with _open_text(p) as f:
+        try:
+            data = json.load(f)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{p}: neither JSONL nor a JSON document ({e.msg} at line {e.lineno}); "
+                             "pass one record a line (JSONL) or a JSON array of records") from e
+    if isinstance(data, list):
+        bad = next((i for i, r in enumerate(data) if not isinstance(r, Mapping)), None)
+        if bad is not None:
+            raise ValueError(f"{p}: item {bad} of the JSON array is not an object (a record)")
+        return [dict(r) for r in data]
+    if isinstance(data, Mapping) and _is_columnwise(data):
+        keys = list(data["query_id"])
+        return [{col: (data[col].get(k) if isinstance(data[col], Mapping) else None) for col in data}
+                for k in keys]
+    if isinstance(data, Mapping):
+        return [dict(data)]
+    raise ValueError(f"{p}: expected JSON records, got a JSON {type(data).__name__}")
+
+
+def _read_jsonl_any(p: Path) -> list[dict[str, Any]]:
+    """JSONL through :func:`ragkit.io.read_jsonl` (gzip told by content, whatever the suffix)."""
+    if p.suffix != ".gz":
+        with open(p, "rb") as f:
+            if f.read(2) == b"\x1f\x8b":
+                rows: list[dict[str, Any]] = []
+                with _open_text(p) as g:
+                    for i, line in enumerate(g, 1):
+                        if line.strip():
+                            try:
+                                rows.append(json.loads(line))
+                            except json.JSONDecodeError as e:
+                                raise ValueError(f"{p}:{i}: not valid JSON ({e.msg}); fix or remove that line") from e
+                return rows
+    return read_jsonl(p)
+
+
+def format_of_record(raw: Mapping[str, Any]) -> str | None:
+    """``"hotpotqa"``, ``"msmarco"`` or ``"nq-open"`` from one record's keys (``None``: unknown).
+
+    HotpotQA has ``context`` and ``supporting_facts``; MS MARCO QnA has ``query_id`` (or ``query``
+    and ``passages``); NQ-open has ``ctxs`` (oracle format) or ``question`` with ``answers``/``answer``
+    (hub format).
+    """
+    keys = set(raw)
+    if {"context", "supporting_facts"} <= keys:
+        return "hotpotqa"
+    if "query_id" in keys or {"query", "passages"} <= keys:
+        return "msmarco"
+    if "ctxs" in keys or ("question" in keys and ({"answers", "answer"} & keys)):
+        return "nq-open"
+    return None
+
+
+def detect_format(path: str | os.PathLike[str]) -> str:
+    """The dataset format of a local file, ``"hotpotqa"``, ``"msmarco"`` or ``"nq-open"``, from its content.
+
+    Reads the first record (for JSONL only the first non-empty line) and applies
+    :func:`format_of_record`; the file name plays no part.
+
+    Raises
+    ------
+    FileNotFoundError
+        No such file.
+    ValueError
+        Empty file, or a first record of none of the three schemas.
+    """
+    p = Path(path)
+    if not p.exists():
+        raise FileNotFoundError(f"data file not found: {p}")
+    if p.is_dir():
+        raise ValueError(f"{p} is a folder; pass the data file inside it")
+    with _open_text(p) as f:
+        first = next((ln for ln in itertools.islice(f, 50) if ln.strip()), None)
+    if first is None:
+        raise ValueError(f"{p} is empty; pass a HotpotQA, MS MARCO or NQ-open data file")
+    try:
+        obj = json.loads(first)
+    except json.JSONDecodeError:
+        obj = None
+    if isinstance(obj, dict) and not _is_columnwise(obj):
+        rec: Mapping[str, Any] = obj
+    else:
+        rows = _read_rows(p)
+        if not rows:
+            raise ValueError(f"{p} holds no record")
+        rec = rows[0]
+    fmt = format_of_record(rec)
+    if fmt is None:
+        raise ValueError(f"cannot tell the dataset format of {p} (first record's keys: {sorted(rec)}); "
+                         "pass the dataset name: hotpotqa, msmarco or nq-open")
+    return fmt
 
 
 def nq_open_record(raw: Mapping[str, Any], index: int = 0) -> QARecord:
@@ -210,7 +333,7 @@ def nq_open_record(raw: Mapping[str, Any], index: int = 0) -> QARecord:
 
 def load_nq_open(path: str | os.PathLike[str], limit: int | None = None) -> list[QARecord]:
     """Read NQ-open from a local (gzipped) JSONL file in the oracle or the hub schema."""
-    rows = read_jsonl(path)
+    rows = _read_rows(path, "NQ-open")
     if limit is not None:
         rows = rows[:limit]
     return [nq_open_record(r, i) for i, r in enumerate(rows)]
@@ -245,7 +368,7 @@ def _hub_rows(hub_id: str, config: str | None, split: str, limit: int | None) ->
 
 
 def load_dataset(
-    name: str,
+    name: str | None,
     path: str | os.PathLike[str] | None = None,
     limit: int | None = None,
     split: str | None = None,
@@ -256,9 +379,10 @@ def load_dataset(
     Parameters
     ----------
     name
-        ``"hotpotqa"``, ``"msmarco"`` or ``"nq-open"``.
+        ``"hotpotqa"``, ``"msmarco"`` or ``"nq-open"``; ``None`` or ``"auto"`` with a ``path``:
+        told from the file's content (:func:`detect_format`).
     path
-        Local file in the dataset's format; ``None`` loads from the Hugging Face hub
+        Local file in the dataset's format (a file of another format is refused); ``None`` loads from the Hugging Face hub
         (``hotpot_qa``/``distractor|fullwiki``, ``ms_marco``/``v1.1|v2.1``, ``nq_open``).
     limit
         Keep the first ``limit`` records.
@@ -268,15 +392,28 @@ def load_dataset(
         HotpotQA: ``"distractor"`` (default) or ``"fullwiki"``; MS MARCO: ``"v1.1"`` (default) or
         ``"v2.1"``. Ignored for NQ-open.
     """
-    ds = _canonical(name)
     if limit is not None and limit < 1:
         raise ValueError(f"limit must be >= 1 (or None for all records), got {limit}")
+    if name is None or str(name).lower() == "auto":
+        if path is None:
+            raise ValueError("load_dataset needs a dataset name or a data file to detect it from")
+        ds = detect_format(path)
+    else:
+        ds = _canonical(name)
+        if path is not None:
+            try:
+                found: str | None = detect_format(path)
+            except ValueError:  # unknown or empty: the loader below names what is wrong
+                found = None
+            if found is not None and found != ds:
+                raise ValueError(f"{path} holds {found} records, not {ds}; pass dataset {found!r} "
+                                 "(or 'auto') or the right file")
     split = split or "validation"
     if ds == "hotpotqa":
         setting = setting or "distractor"
         if setting not in ("distractor", "fullwiki"):
             raise ValueError(f"HotpotQA setting must be 'distractor' or 'fullwiki', got {setting!r}")
-        rows = read_jsonl(path) if path is not None else list(_hub_rows("hotpot_qa", setting, split, limit))
+        rows = _read_rows(path, "HotpotQA") if path is not None else list(_hub_rows("hotpot_qa", setting, split, limit))
         if limit is not None:
             rows = rows[:limit]
         recs = [hotpotqa_record(r) for r in rows]
@@ -309,7 +446,7 @@ def pooled_corpus(records: Iterable[QARecord]) -> list[Passage]:
 
 def load_hotpotqa(path: str | os.PathLike[str], limit: int | None = None) -> list[QARecord]:
     """Read HotpotQA records from a local JSONL file (distractor-setting schema)."""
-    rows = read_jsonl(path)
+    rows = _read_rows(path, "HotpotQA")
     if limit is not None:
         rows = rows[:limit]
     return [hotpotqa_record(r) for r in rows]

@@ -30,15 +30,25 @@ import string
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
-from ragkit.types import Passage, QARecord
+from ragkit.types import Passage, QARecord, RankedList
 
-if TYPE_CHECKING:  # pragma: no cover
-    from ragkit.generation import Generator
-    from ragkit.retrievers import Retriever
+
+class TextGenerator(Protocol):
+    """What :class:`LLMParaphraser` needs of a generator (``ragkit.generation.Generator`` fits)."""
+
+    def generate(self, prompts: Sequence[str], max_new_tokens: int = ..., stop: Sequence[str] | None = ...,
+                 temperature: float = ..., n: int = ..., seed: int = ..., top_p: float = ...) -> Any: ...
+
+
+class Searcher(Protocol):
+    """What :func:`build_paraphrase_sets` needs of a retriever (every ``ragkit.retrievers`` one fits)."""
+
+    def search(self, queries: Sequence[str], k: int = ...) -> list[RankedList]: ...
+
 
 logger = logging.getLogger(__name__)
 
@@ -386,7 +396,7 @@ class LLMParaphraser(Paraphraser):
 
     def __init__(
         self,
-        generator: Generator,
+        generator: TextGenerator,
         seed: int = 0,
         temperature: float = 0.8,
         oversample: int = 2,
@@ -529,7 +539,7 @@ def build_paraphrase_sets(
     records: Sequence[QARecord],
     paraphraser: Paraphraser,
     n: int,
-    retriever: Retriever | None = None,
+    retriever: Searcher | None = None,
     k: int = 10,
     include_original: bool = True,
     passage_filter: Callable[[QARecord], Sequence[Passage]] | None = None,
@@ -563,7 +573,7 @@ def build_paraphrase_sets(
     for r in recs:
         if not isinstance(r, QARecord):
             raise ValueError(f"records must be QARecord objects, got {type(r).__name__}; "
-                             "use ragkit.eval.datasets.load_hotpotqa / hotpotqa_record")
+                             "use ragkit.datasets.load_hotpotqa / hotpotqa_record")
     paras = paraphraser.paraphrase([r.question for r in recs], n)
     members = [((r.question,) if include_original else ()) + tuple(p) for r, p in zip(recs, paras)]
     if retriever is not None:

@@ -119,7 +119,7 @@ class RAGPipeline:
         if index:
             retriever = load_retriever(index)
         else:
-            from ragkit.eval.datasets import sample_corpus
+            from ragkit.datasets import sample_corpus
 
             retriever = BM25Retriever().index(sample_corpus())
         gen = Generator(model, device=device, passage_max_tokens=moi_kwargs.pop("passage_max_tokens", None))

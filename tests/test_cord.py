@@ -248,7 +248,7 @@ def test_cli_lora_merged_model_loads_back(tiny_lm_dir: Path, hotpot_dev_records:
 
 
 def test_examples_from_hotpotqa_are_bm25_ranked(hotpot_dev_records: list[dict]) -> None:
-    from ragkit.eval.datasets import hotpotqa_record
+    from ragkit.datasets import hotpotqa_record
 
     recs = [hotpotqa_record(r) for r in hotpot_dev_records[:3]]
     exs = examples_from_records(recs)

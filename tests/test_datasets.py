@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ragkit.eval import datasets as D
+from ragkit import datasets as D
 from ragkit.types import QARecord
 
 
@@ -100,3 +100,38 @@ def test_sample_records_and_corpus_still_work() -> None:
     corpus = D.sample_corpus()
     assert len({p.id for p in corpus}) == len(corpus)
     assert D.pooled_corpus(recs)[0].id == recs[0].passages[0].id
+
+
+def test_one_format_detector_reads_content_not_names(shared_data: Path, tmp_path: Path) -> None:
+    """Files renamed to mislead (a HotpotQA file called ``nq_marco.json``...) are told apart by content."""
+    import gzip
+    import shutil
+
+    hot = tmp_path / "nq_marco.json"  # JSONL content under a JSON, "nq" and "marco" name
+    hot.write_text("".join(ln for _, ln in zip(range(3), open(shared_data / "hotpotqa" / "dev.jsonl"))))
+    marco = tmp_path / "hotpot.jsonl"  # a JSON array under a JSONL name
+    shutil.copy(shared_data / "msmarco" / "qna_v1.1_sample.json", marco)
+    nq = tmp_path / "data.bin"  # gzipped JSONL without a .gz suffix
+    with gzip.open(shared_data / "nq_open" / "nq-open-oracle.jsonl.gz", "rb") as f:
+        nq.write_bytes(gzip.compress(b"".join(f.readline() for _ in range(4))))
+    assert [D.detect_format(p) for p in (hot, marco, nq)] == ["hotpotqa", "msmarco", "nq-open"]
+    assert len(D.load_dataset("auto", hot)) == 3
+    assert len(D.load_dataset(None, marco, limit=5)) == 5
+    assert len(D.load_dataset("auto", nq)) == 4
+    with pytest.raises(ValueError, match="holds hotpotqa records, not msmarco"):
+        D.load_dataset("msmarco", hot)
+
+
+def test_detect_format_errors(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="not found"):
+        D.detect_format(tmp_path / "missing.jsonl")
+    (tmp_path / "empty.jsonl").write_text("\n\n")
+    with pytest.raises(ValueError, match="empty"):
+        D.detect_format(tmp_path / "empty.jsonl")
+    (tmp_path / "odd.jsonl").write_text(json.dumps({"foo": 1}) + "\n")
+    with pytest.raises(ValueError, match="cannot tell the dataset format.*foo"):
+        D.detect_format(tmp_path / "odd.jsonl")
+    with pytest.raises(ValueError, match="is a folder"):
+        D.detect_format(tmp_path)
+    with pytest.raises(ValueError, match="needs a dataset name"):
+        D.load_dataset("auto")

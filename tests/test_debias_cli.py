@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from ragkit.cli import main
-from ragkit.eval.datasets import SAMPLE_HOTPOTQA
+from ragkit.datasets import SAMPLE_HOTPOTQA
 from ragkit.io import write_jsonl
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ragkit.eval.datasets import sample_records
+from ragkit.datasets import sample_records
 from ragkit.eval.runner import CRASH_ENV, EvalConfig, bootstrap_ci, candidates_for, run_eval
 
 

@@ -17,7 +17,7 @@ from ragkit.eval.consistency import (
     paraphrase_sets,
     retriever_consistency,
 )
-from ragkit.eval.datasets import load_nq_open, sample_records
+from ragkit.datasets import load_nq_open, sample_records
 from ragkit.eval.sweep import default_slots, draw_distractors, position_sweep
 from ragkit.types import Passage, QARecord, RankedList
 
@@ -91,7 +91,7 @@ def test_paraphrase_sets_and_evaluate(tiny_gen) -> None:
     data = [QARecord(r.id, r.question, r.answers, r.passages, r.gold_ids, {"paraphrases": ["x?", "y?"]}) for r in recs]
     assert paraphrase_sets(data, n=2)[0] == [recs[0].question, "x?", "y?"]
     from ragkit.retrievers import BM25Retriever
-    from ragkit.eval.datasets import pooled_corpus
+    from ragkit.datasets import pooled_corpus
 
     retr = BM25Retriever().index(pooled_corpus(recs))
     rep = evaluate_consistency(tiny_gen, recs, sets, retriever=retr, k=3, max_new_tokens=3)

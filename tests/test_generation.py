@@ -178,7 +178,7 @@ def test_bad_input_raises(gen: Generator, passages: list[Passage]) -> None:
 
 @pytest.mark.slow
 def test_smollm2_answers_arthurs_magazine() -> None:
-    from ragkit.eval.datasets import sample_corpus
+    from ragkit.datasets import sample_corpus
 
     q = "Which magazine was started first, Arthur's Magazine or First for Women?"
     corpus = {p.id: p for p in sample_corpus()}

@@ -144,7 +144,7 @@ def test_cyclic_design_sizes(gen) -> None:
 @pytest.mark.slow
 def test_moi_on_embedded_smollm2() -> None:
     """The embedded SmolLM2 on bundled HotpotQA questions: consensus MoI end to end."""
-    from ragkit.eval.datasets import sample_records
+    from ragkit.datasets import sample_records
     from ragkit.generation import Generator
 
     gen = Generator(passage_max_tokens=40, show_progress=False)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from ragkit.eval.datasets import sample_records
-from ragkit.training.paraphrase import (
+from ragkit.datasets import sample_records
+from ragkit.paraphrase import (
     LLMParaphraser,
     ParaphraseSet,
     RuleParaphraser,
@@ -90,7 +90,7 @@ def test_build_sets_end_to_end_with_retriever() -> None:
     ret = pytest.importorskip("ragkit.retrievers")
     if not hasattr(ret, "BM25Retriever"):
         pytest.skip("ragkit.retrievers.BM25Retriever has not landed")
-    from ragkit.eval.datasets import sample_corpus
+    from ragkit.datasets import sample_corpus
 
     r = ret.BM25Retriever().index(sample_corpus())
     recs = sample_records(2)

@@ -8,8 +8,8 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from ragkit.eval.datasets import sample_records
-from ragkit.training.paraphrase import RuleParaphraser, build_paraphrase_sets
+from ragkit.datasets import sample_records
+from ragkit.paraphrase import RuleParaphraser, build_paraphrase_sets
 from ragkit.training.psgrpo import (
     ParaphraseSetReward,
     ParaphraseSetSampler,

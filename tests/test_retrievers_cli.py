@@ -41,7 +41,7 @@ def test_index_and_search_bm25(corpus_file: Path, tmp_path: Path,
 
 
 def test_search_without_index_uses_bundled_sample(capsys: pytest.CaptureFixture[str]) -> None:
-    from ragkit.eval.datasets import sample_corpus
+    from ragkit.datasets import sample_corpus
 
     target = sample_corpus()[7]
     assert main(["search", "-q", target.contents, "-k", "3", "--json"]) == 0

@@ -99,7 +99,7 @@ def _ask(args: argparse.Namespace) -> int:
 def _bias_profile(args: argparse.Namespace) -> int:
     from ragkit.cli import emit
     from ragkit.debias.profile import PositionProfile
-    from ragkit.eval.datasets import load_hotpotqa
+    from ragkit.datasets import load_hotpotqa
 
     if args.limit is not None and args.limit < 1:
         raise ValueError(f"--limit must be >= 1, got {args.limit}")

@@ -72,7 +72,7 @@ class OutcomeResult:
 
 
 def _norm(s: str) -> str:
-    from ragkit.eval.metrics import normalize_answer
+    from ragkit.text import normalize_answer
 
     return normalize_answer(s)
 

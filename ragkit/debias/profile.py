@@ -237,9 +237,9 @@ class PositionProfile:
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the profile as JSON (atomically)."""
-        from ragkit.io import atomic_write_text
+        from ragkit.io import write_json
 
-        atomic_write_text(path, json.dumps(self.to_dict(), indent=2))
+        write_json(path, self.to_dict())
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> PositionProfile:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ragkit.eval.datasets import DATASET_NAMES, load_dataset, pooled_corpus, sample_corpus, sample_records
+from ragkit.datasets import DATASET_NAMES, load_dataset, pooled_corpus, sample_corpus, sample_records
 from ragkit.eval.metrics import (
     best_subspan_em,
     bleu,
@@ -20,7 +20,6 @@ from ragkit.eval.metrics import (
     f1_score,
     ir_metrics,
     ir_metrics_per_query,
-    normalize_answer,
     rouge_l,
 )
 
@@ -30,7 +29,6 @@ __all__ = [
     "pooled_corpus",
     "sample_records",
     "sample_corpus",
-    "normalize_answer",
     "exact_match",
     "exact_match_max",
     "f1_score",

@@ -10,6 +10,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ragkit.datasets import detect_format
+
 logger = logging.getLogger(__name__)
 
 SAMPLE_LIMIT = 8
@@ -31,15 +33,6 @@ def _ints(s: str) -> tuple[int, ...]:
         return tuple(int(x) for x in s.split(",") if x.strip())
     except ValueError as e:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {s!r}") from e
-
-
-def _guess_dataset(path: str) -> str:
-    name = Path(path).name.lower()
-    if "marco" in name:
-        return "msmarco"
-    if "nq" in name:
-        return "nq-open"
-    return "hotpotqa"
 
 
 def _add_common(p: argparse.ArgumentParser) -> None:
@@ -122,7 +115,7 @@ def _run_eval(args: argparse.Namespace) -> int:
     from ragkit.eval.runner import DEFAULT_REPORT, EvalConfig, run_eval
 
     sample = args.dataset is None and args.data_file is None
-    dataset = args.dataset or (_guess_dataset(args.data_file) if args.data_file else "hotpotqa")
+    dataset = args.dataset or (detect_format(args.data_file) if args.data_file else "hotpotqa")
     limit = args.limit if args.limit is not None else (SAMPLE_LIMIT if sample else None)
     pmt = args.passage_max_tokens if args.passage_max_tokens is not None else (SAMPLE_PASSAGE_TOKENS if sample else None)
     cfg = EvalConfig(
@@ -147,8 +140,9 @@ def _run_eval(args: argparse.Namespace) -> int:
 
 
 def _run_sweep(args: argparse.Namespace) -> int:
-    from ragkit.eval.datasets import load_nq_open
-    from ragkit.eval.report import markdown_table, write_json
+    from ragkit.datasets import load_nq_open
+    from ragkit.eval.report import markdown_table
+    from ragkit.io import write_json
     from ragkit.eval.sweep import position_sweep
 
     pool = load_nq_open(args.data_file)
@@ -174,14 +168,14 @@ def _run_sweep(args: argparse.Namespace) -> int:
 
 def _run_consistency(args: argparse.Namespace) -> int:
     from ragkit.eval.consistency import evaluate_consistency, paraphrase_sets
-    from ragkit.eval.datasets import load_dataset, pooled_corpus, sample_records
-    from ragkit.eval.report import write_json
+    from ragkit.datasets import load_dataset, pooled_corpus, sample_records
+    from ragkit.io import write_json
     from ragkit.eval.runner import EvalConfig, _build_retriever
 
     if args.dataset is None and args.data_file is None:
         recs = sample_records(args.limit)
     else:
-        ds = args.dataset or _guess_dataset(args.data_file)
+        ds = args.dataset or detect_format(args.data_file)
         recs = load_dataset(ds, args.data_file, limit=args.limit)
     gen = _generator(args)
     retr = None

@@ -11,7 +11,7 @@ Rewards" (NeurIPS 2025, arXiv 2510.04392) measure three levels over a paraphrase
 * end-to-end: the same with the passages retrieved for each paraphrase.
 
 ``sim`` is symmetrised: ``(s(a, b) + s(b, a)) / 2`` with ``s`` one of the PS-GRPO similarities
-of :mod:`ragkit.training.rewards` (default ``"bleu2"``: sentence BLEU-2 on SQuAD-normalised
+of :mod:`ragkit.similarity` (default ``"bleu2"``: sentence BLEU-2 on SQuAD-normalised
 tokens; ``"f1"``: token F1; ``"rougel"``). Identical non-empty outputs score 1; an empty output
 agrees with nothing (0). Accuracy (EM/F1 of the original question's answer, and the mean over
 paraphrases) is reported beside them. Every summary is a mean over paraphrase sets.
@@ -62,7 +62,7 @@ def pairwise_mean(items: Sequence[Any], sim: Callable[[Any, Any], float]) -> flo
 
 
 def _pair_sim(similarity: str | Callable[[Sequence[str], Sequence[str]], np.ndarray]) -> Callable[..., np.ndarray]:
-    from ragkit.training.rewards import get_similarity
+    from ragkit.similarity import get_similarity
 
     return get_similarity(similarity)
 
@@ -129,8 +129,8 @@ def paraphrase_sets(
     """Per record: ``[original, paraphrase_1, ..., paraphrase_n]``.
 
     ``source``: ``"data"`` (``metadata["paraphrases"]``), ``"rule"``
-    (:class:`ragkit.training.paraphrase.RuleParaphraser`), ``"llm"``
-    (:class:`~ragkit.training.paraphrase.LLMParaphraser` through ``generator``) or ``"auto"``
+    (:class:`ragkit.paraphrase.RuleParaphraser`), ``"llm"``
+    (:class:`~ragkit.paraphrase.LLMParaphraser` through ``generator``) or ``"auto"``
     (data when every record has paraphrases, else rule).
     """
     if n < 1:
@@ -144,7 +144,7 @@ def paraphrase_sets(
             raise ValueError(f"{len(missing)} records have no metadata['paraphrases'] (e.g. {missing[0]!r}); use --paraphraser rule")
         paras = [list(r.metadata["paraphrases"])[:n] for r in records]
     elif source in ("rule", "llm"):
-        from ragkit.training import paraphrase as P
+        from ragkit import paraphrase as P
 
         if source == "rule":
             para = P.RuleParaphraser(seed=seed)

@@ -2,7 +2,8 @@
 
 Answer metrics
 --------------
-* :func:`normalize_answer`, :func:`exact_match`, :func:`f1_score` reproduce the official
+* :func:`~ragkit.text.normalize_answer`, :func:`exact_match`, :func:`f1_score` (from
+  :mod:`ragkit.text`) reproduce the official
   HotpotQA evaluation script (Yang et al., 2018), itself derived from SQuAD v1.1
   (Rajpurkar et al., 2016): lowercase, drop ASCII punctuation, drop the articles
   ``a|an|the``, collapse white space; token F1 over the normalised tokens, where a prediction
@@ -20,24 +21,21 @@ Retrieval metrics
 :func:`ir_metrics` evaluates :class:`~ragkit.types.RankedList` runs with ``ranx``
 (Bassani, 2022), e.g. ``mrr@10``, ``ndcg@10``, ``recall@2``.
 
-``normalize_answer``, ``exact_match`` and ``f1_score`` live only here; every other module
-imports them from this one.
+``normalize_answer``, ``exact_match`` and ``f1_score`` live in :mod:`ragkit.text` (the shared core
+below debias, eval and training); this module re-exports the two scores as part of the metrics.
 """
 
 from __future__ import annotations
 
-import re
-import string
 import warnings
-from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import lru_cache
 from typing import Any
 
+from ragkit.text import exact_match, f1_precision_recall, f1_score, normalize_answer
 from ragkit.types import RankedList
 
 __all__ = [
-    "normalize_answer",
     "exact_match",
     "f1_score",
     "f1_precision_recall",
@@ -53,60 +51,6 @@ __all__ = [
 ]
 
 DEFAULT_IR_METRICS: tuple[str, ...] = ("mrr@10", "ndcg@10", "recall@2", "recall@10")
-
-_PUNCT = frozenset(string.punctuation)
-_ARTICLES = re.compile(r"\b(a|an|the)\b")
-_SPECIAL = ("yes", "no", "noanswer")
-
-
-def normalize_answer(s: str) -> str:
-    """SQuAD/HotpotQA answer normalisation.
-
-    ``white_space_fix(remove_articles(remove_punc(lower(s))))``: lowercase, delete every
-    character of ``string.punctuation``, replace the words ``a``, ``an``, ``the`` by a space,
-    then join the white-space-split tokens with single spaces.
-
-    Examples
-    --------
-    >>> normalize_answer("The  Eiffel-Tower!")
-    'eiffeltower'
-    """
-    s = str(s).lower()
-    s = "".join(ch for ch in s if ch not in _PUNCT)
-    s = _ARTICLES.sub(" ", s)
-    return " ".join(s.split())
-
-
-def exact_match(prediction: str, reference: str) -> float:
-    """1.0 when the normalised prediction equals the normalised reference, else 0.0."""
-    return float(normalize_answer(prediction) == normalize_answer(reference))
-
-
-def f1_precision_recall(prediction: str, reference: str) -> tuple[float, float, float]:
-    """Token-level (F1, precision, recall) as in the official HotpotQA script.
-
-    With ``P`` and ``G`` the normalised token multisets, ``c = |P ∩ G|``,
-    ``precision = c/|P|``, ``recall = c/|G|``, ``F1 = 2·p·r/(p+r)``; 0 when ``c = 0``, and 0 when
-    either side normalises to ``yes``/``no``/``noanswer`` and the two differ.
-    """
-    pred = normalize_answer(prediction)
-    ref = normalize_answer(reference)
-    if (pred in _SPECIAL or ref in _SPECIAL) and pred != ref:
-        return 0.0, 0.0, 0.0
-    p_toks, r_toks = pred.split(), ref.split()
-    common = Counter(p_toks) & Counter(r_toks)
-    same = sum(common.values())
-    if same == 0:
-        return 0.0, 0.0, 0.0
-    precision = same / len(p_toks)
-    recall = same / len(r_toks)
-    return 2 * precision * recall / (precision + recall), precision, recall
-
-
-def f1_score(prediction: str, reference: str) -> float:
-    """Token F1 of the HotpotQA script (see :func:`f1_precision_recall`)."""
-    return f1_precision_recall(prediction, reference)[0]
-
 
 def _refs(references: str | Iterable[str]) -> list[str]:
     if isinstance(references, str):

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["plot_aggregate", "plot_curves", "save_figure"]
+from ragkit.io import save_figure
+
+__all__ = ["plot_aggregate", "plot_curves"]
 
 
 def _plt() -> Any:
@@ -18,22 +19,6 @@ def _plt() -> Any:
     import matplotlib.pyplot as plt
 
     return plt
-
-
-def save_figure(fig: Any, path: str | os.PathLike[str], dpi: int = 120) -> str:
-    """Save a figure to ``path`` atomically (temp file + rename) and close it."""
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".png")
-    os.close(fd)
-    try:
-        fig.savefig(tmp, dpi=dpi, bbox_inches="tight")
-        os.replace(tmp, p)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        _plt().close(fig)
-    return str(p)
 
 
 def plot_aggregate(report: Mapping[str, Any], out_dir: str | os.PathLike[str]) -> list[str]:

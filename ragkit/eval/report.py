@@ -1,16 +1,12 @@
-"""Markdown and JSON rendering of evaluation, sweep and consistency reports."""
+"""Markdown rendering of evaluation, sweep and consistency reports (JSON: :func:`ragkit.io.write_json`)."""
 
 from __future__ import annotations
 
-import json
 import math
-import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ragkit.io import atomic_write_text
-
-__all__ = ["format_ci", "markdown_table", "markdown_report", "write_json"]
+__all__ = ["format_ci", "markdown_table", "markdown_report"]
 
 
 def format_ci(stat: Mapping[str, Any] | float | None, digits: int = 3) -> str:
@@ -76,8 +72,3 @@ def markdown_report(report: Mapping[str, Any]) -> str:
     )
     header, rows = eval_table(report)
     return head + markdown_table(header, rows)
-
-
-def write_json(path: str | os.PathLike[str], obj: Any) -> None:
-    """Write ``obj`` as indented JSON atomically."""
-    atomic_write_text(path, json.dumps(obj, indent=2, ensure_ascii=False, default=str))

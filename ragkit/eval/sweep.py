@@ -27,7 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from ragkit.eval.metrics import best_subspan_em, normalize_answer
+from ragkit.eval.metrics import best_subspan_em
+from ragkit.text import normalize_answer
 from ragkit.types import Passage, QARecord
 
 __all__ = ["SweepResult", "default_slots", "draw_distractors", "position_sweep"]
@@ -123,7 +124,8 @@ class SweepResult:
 
     def plot(self, path: str | os.PathLike[str]) -> str:
         """Two-panel PNG: best-subspan EM and mean gold log-prob against the gold slot (1-based)."""
-        from ragkit.eval.plots import _plt, save_figure
+        from ragkit.eval.plots import _plt
+        from ragkit.io import save_figure
 
         plt = _plt()
         fig, axes = plt.subplots(1, 2, figsize=(9.0, 3.4), layout="constrained")

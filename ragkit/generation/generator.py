@@ -798,14 +798,8 @@ class Generator:
 
     @staticmethod
     def clean_answer(text: str) -> str:
-        """First non-empty line, without lead-ins (``"Answer:"``, ``"The answer is:"``, ``"[3]"``)
-        and surrounding quotes/spaces."""
-        import re
+        """The answer inside a completion: :func:`ragkit.text.extract_answer` (first non-empty line,
+        without lead-ins such as ``"Answer:"``, ``"The answer is:"``, ``"[3]"``, quotes stripped)."""
+        from ragkit.text import extract_answer
 
-        lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
-        first = lines[0] if lines else ""
-        lead = re.compile(r"^\s*(?:the\s+answer\s+is\s*:?|answer\s*:|a\s*:|\[\d+\])\s*", re.IGNORECASE)
-        prev = None
-        while prev != first:
-            prev, first = first, lead.sub("", first, count=1)
-        return first.strip().strip('"').strip()
+        return extract_answer(text)

@@ -40,7 +40,6 @@ optimizer/scheduler/RNG state files are torch files that it reads back with ``we
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
@@ -632,14 +631,14 @@ def train_cord(
     dict
         Summary: settings, steps, final loss, seconds, the log history, the resumed checkpoint.
     """
-    from ragkit.io import atomic_write_text
+    from ragkit.io import write_json
     from ragkit.training.checkpoint import resolve_resume, save_final_model
 
     st = settings or CORDSettings()
     st.validate()
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out / "cord_settings.json", json.dumps(asdict(st), indent=2))
+    write_json(out / "cord_settings.json", asdict(st))
     ckpt = resolve_resume(resume, out)
     hf, tok = load_model_for_training(model, st)
     trainer = make_trainer(hf, tok, examples, out, st, **arg_overrides)
@@ -659,5 +658,5 @@ def train_cord(
         "log_history": trainer.state.log_history,
     }
     if trainer.is_world_process_zero():
-        atomic_write_text(out / "cord_summary.json", json.dumps(summary, indent=2, default=str))
+        write_json(out / "cord_summary.json", summary)
     return summary

@@ -3,27 +3,24 @@
 HotpotQA (distractor setting): the question's 10 paragraphs ordered by a ragkit
 :class:`~ragkit.retrievers.BM25Retriever` indexed on those 10 paragraphs (BM25 scores kept as the
 retriever scores). MS MARCO QnA: the query's Bing passages ranked the same way (queries without
-an answer are skipped). Records come from the project's loaders in :mod:`ragkit.eval.datasets`.
+an answer are skipped). Records come from the project's loaders in :mod:`ragkit.datasets`.
 """
 
 from __future__ import annotations
 
-import gzip
-import itertools
-import json
 import logging
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from torch.utils.data import Dataset
 
+from ragkit.datasets import detect_format, load_dataset
 from ragkit.io import progress
 from ragkit.types import Passage, QARecord
 
-__all__ = ["CORDDataset", "Example", "detect_format", "examples_from_records", "load_examples"]
+__all__ = ["CORDDataset", "Example", "examples_from_records", "load_examples"]
 
 logger = logging.getLogger(__name__)
 
@@ -103,7 +100,7 @@ def examples_from_records(
     Parameters
     ----------
     records
-        Records from :func:`ragkit.eval.datasets.load_dataset`.
+        Records from :func:`ragkit.datasets.load_dataset`.
     retriever
         ``"bm25"``: rank each record's passages with a BM25 index over those passages and keep the
         scores; ``None``: keep the given order without scores.
@@ -136,29 +133,6 @@ def examples_from_records(
     return out
 
 
-def detect_format(path: str | os.PathLike[str]) -> str:
-    """``"hotpotqa"``, ``"msmarco"`` or ``"nq-open"`` from a data file's first record."""
-    p = Path(path)
-    if not p.exists():
-        raise FileNotFoundError(f"data file not found: {p}")
-    if p.suffix == ".json":
-        return "msmarco"
-    opener = gzip.open if p.suffix == ".gz" else open
-    with opener(p, "rt", encoding="utf-8") as f:
-        first = next((ln for ln in itertools.islice(f, 50) if ln.strip()), None)
-    if first is None:
-        raise ValueError(f"{p} is empty")
-    keys = set(json.loads(first))
-    if {"context", "supporting_facts"} <= keys:
-        return "hotpotqa"
-    if "query_id" in keys:
-        return "msmarco"
-    if "ctxs" in keys:
-        return "nq-open"
-    raise ValueError(f"cannot tell the dataset format of {p} (keys {sorted(keys)}); "
-                     "pass dataset='hotpotqa' or 'msmarco'")
-
-
 def load_examples(
     path: str | os.PathLike[str],
     dataset: str | None = None,
@@ -173,14 +147,13 @@ def load_examples(
     path
         Local data file (``.jsonl`` HotpotQA, ``.json`` MS MARCO QnA, ``.jsonl.gz`` NQ-open).
     dataset
-        Dataset name for :func:`ragkit.eval.datasets.load_dataset` (``None``: detect from the file).
+        Dataset name for :func:`ragkit.datasets.load_dataset` (``None``: told from the file's
+        content by :func:`ragkit.datasets.detect_format`).
     limit
         Keep the first ``limit`` records.
     retriever, k
         See :func:`examples_from_records`.
     """
-    from ragkit.eval.datasets import load_dataset
-
     name = dataset or detect_format(path)
     records = load_dataset(name, path, limit=limit)
     ex = examples_from_records(records, retriever=retriever, k=k)

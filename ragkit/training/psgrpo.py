@@ -59,6 +59,7 @@ from torch.utils.data import Sampler
 
 from ragkit.paraphrase import ParaphraseSet
 from ragkit.similarity import get_similarity
+from ragkit.text import extract_answer
 from ragkit.training.rewards import (
     approx_group_similarity_rewards,
     gold_f1,
@@ -261,17 +262,9 @@ class ParaphraseSetSampler(Sampler[int]):
 
 # ----------------------------------------------------------------------------- reward
 def clean_completion(text: str, stops: Sequence[str] = ("\n", "Question:", "Passages:")) -> str:
-    """The answer inside a sampled completion: cut at the first stop string (after leading
-    white space), first non-empty line, no leading ``"Answer:"``, quotes stripped."""
-    t = text.lstrip()
-    cut = [i for i in (t.find(s) for s in stops if s) if i > 0]
-    if cut:
-        t = t[: min(cut)]
-    lines = [ln.strip() for ln in t.splitlines() if ln.strip()]
-    first = lines[0] if lines else ""
-    if first.lower().startswith("answer:"):
-        first = first[7:].strip()
-    return first.strip().strip('"').strip()
+    """The answer inside a sampled completion, read exactly as evaluation reads it:
+    :func:`ragkit.text.extract_answer` with the template's stop strings."""
+    return extract_answer(text, stops)
 
 
 class ParaphraseSetReward:

@@ -63,7 +63,7 @@ def register(train_sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     """Handler: build paraphrase sets, train, print the summary."""
     from ragkit.cli import emit
-    from ragkit.training.paraphrase import LLMParaphraser, ParaphraseSet, RuleParaphraser, build_paraphrase_sets
+    from ragkit.paraphrase import LLMParaphraser, ParaphraseSet, RuleParaphraser, build_paraphrase_sets
     from ragkit.training.psgrpo import PSGRPOSettings, load_training_records, select_passages, train_psgrpo
 
     if args.paraphrases < 2:
