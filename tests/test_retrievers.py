@@ -128,10 +128,17 @@ def test_k_larger_than_corpus_returns_all(small: list[Passage]) -> None:
     assert sorted(res.ids()) == ["a", "b", "c", "d"]
 
 
-def test_query_without_known_terms_scores_zero(small: list[Passage]) -> None:
-    r = BM25Retriever(show_progress=False).index(small)
-    (res,) = r.search(["zzzz qqqq"], k=3)
-    assert res.scores() == [0.0, 0.0, 0.0]
+@pytest.mark.parametrize("backend", ["bm25s", "rank_bm25"])
+def test_query_without_indexed_terms_has_no_hits(small: list[Passage], backend: str,
+                                                 caplog: pytest.LogCaptureFixture) -> None:
+    # unknown words, only stop words, CJK without word breaks: no hits (and said why), never
+    # k arbitrary passages scored 0.0 -- other queries of the batch are unaffected
+    r = BM25Retriever(backend=backend, method=None, show_progress=False).index(small)
+    with caplog.at_level("WARNING", logger="ragkit.retrievers.bm25"):
+        res = r.search(["zzzz qqqq", "what is the of and", "東京タワーはどこですか", "capital"], k=3)
+    assert [len(x) for x in res[:3]] == [0, 0, 0]
+    assert len(res[3]) > 0
+    assert caplog.text.count("no hits") == 3
 
 
 def test_add_reindexes_union(small: list[Passage]) -> None:

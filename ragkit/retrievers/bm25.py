@@ -9,6 +9,19 @@ Two backends share one tokeniser so that they rank identically for matching vari
 * ``rank_bm25``: the reference pure-Python implementation (``BM25Okapi``, ``BM25L``,
   ``BM25Plus``), kept for parity checks and benchmarks.
 
+Scoring of the ``bm25s`` index (``scoring_backend``): ``"numba"`` runs ragkit's compiled kernel
+(:mod:`ragkit.retrievers._bm25_numba`, cached on disk after the first compilation), ``"numpy"``
+bm25s's NumPy scorer; ``"auto"`` (default) = numba when it is installed. Both accumulate the same
+float32 scores in the same order and select the top ``k`` exactly by (score descending, index
+position ascending), so they return identical rankings (tested). bm25s's own top-k selections
+keep an arbitrary part of a tie that straddles the k-th place; that, not float precision, is why
+its numba and NumPy top-10s used to differ on about 9% of queries.
+
+A query none of whose terms is in the index (only stop words, unknown words, or a text without
+word breaks such as Chinese or Japanese, which the regex keeps as one long token) has no hits:
+``search`` returns an empty list for it and logs why, rather than ``k`` arbitrary passages
+scored 0.
+
 Score of document ``d`` for query ``q`` (``tf`` = term frequency in ``d``, ``|d|`` its length,
 ``avgdl`` the mean length, ``N`` the corpus size, ``df`` the document frequency)::
 
@@ -39,8 +52,10 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -107,6 +122,42 @@ def _resolve_stopwords(stopwords: str | Sequence[str] | None) -> frozenset[str]:
 
         return frozenset(getattr(sw, _STOPWORD_LANGS[key]))
     return frozenset(w.lower() for w in stopwords)
+
+
+_NUMBA: Any = None
+
+
+def _numba_kernel() -> Any:
+    """The compiled kernel module, or ``None`` when numba is not installed."""
+    global _NUMBA
+    if _NUMBA is None:
+        try:
+            from ragkit.retrievers import _bm25_numba
+        except ImportError:
+            _NUMBA = False
+        else:
+            _NUMBA = _bm25_numba
+    return _NUMBA or None
+
+
+def _exact_topk(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Positions and scores of the top ``k`` by (score descending, position ascending): every
+    document tied with the k-th score is a candidate, so a tie is never cut arbitrarily."""
+    n = len(scores)
+    if k >= n:
+        cand = np.arange(n)
+    else:
+        kth = np.partition(scores, n - k)[n - k]
+        cand = np.flatnonzero(scores >= kth)
+    top = cand[np.lexsort((cand, -scores[cand]))][:k]
+    return top, scores[top]
+
+
+def _log_no_terms(q: Query) -> None:
+    logger.warning(
+        "BM25: no term of the query %r is in the index (after lower-casing, stop-word removal "
+        "and stemming; a text without spaces, e.g. Chinese or Japanese, is one token): no hits",
+        q.text[:80])
 
 
 class Tokenizer:
@@ -182,10 +233,13 @@ class BM25Retriever(Retriever):
     n_threads
         Threads for batched ``bm25s`` retrieval (0 = in the calling thread, -1 = all cores).
     scoring_backend
-        bm25s's scorer: ``"numpy"`` (default, no start-up cost) or ``"numba"`` (JIT-compiled on
-        first use, ~10 s, then several times faster), ``"auto"`` = numba when installed.
+        Scorer of the ``bm25s`` index: ``"auto"`` (default: ``"numba"`` when numba is installed,
+        else ``"numpy"``), ``"numba"`` (compiled once per machine and cached, ~10x faster) or
+        ``"numpy"``. Both give identical rankings.
     show_progress
         Progress bars while indexing (``None``: on unless ``RAGKIT_NO_PROGRESS`` is set).
+    chunk_size
+        Passages tokenised at a time while indexing (bounds the memory of the token lists).
     """
 
     kind = "bm25"
@@ -200,8 +254,9 @@ class BM25Retriever(Retriever):
         stemmer: str | None = "english",
         backend: str = "bm25s",
         n_threads: int = 0,
-        scoring_backend: str = "numpy",
+        scoring_backend: str = "auto",
         show_progress: bool | None = None,
+        chunk_size: int = 10_000,
     ) -> None:
         super().__init__()
         if backend not in ("bm25s", "rank_bm25"):
@@ -217,6 +272,11 @@ class BM25Retriever(Retriever):
             )
         if scoring_backend not in ("numpy", "numba", "auto"):
             raise ValueError("scoring_backend must be 'numpy', 'numba' or 'auto'")
+        if scoring_backend == "numba" and _numba_kernel() is None:
+            raise ValueError("scoring_backend='numba' needs numba: pip install numba "
+                             "(or pass scoring_backend='auto' or 'numpy')")
+        if not isinstance(chunk_size, int) or chunk_size <= 0:
+            raise ValueError(f"chunk_size must be a positive integer, got {chunk_size!r}")
         if k1 < 0 or not 0 <= b <= 1:
             raise ValueError(f"need k1 >= 0 and 0 <= b <= 1, got k1={k1}, b={b}")
         self.k1, self.b, self.delta = float(k1), float(b), float(delta)
@@ -226,6 +286,7 @@ class BM25Retriever(Retriever):
         self.n_threads = int(n_threads)
         self.scoring_backend = scoring_backend
         self.show_progress = show_progress
+        self.chunk_size = chunk_size
         self.tokenizer = Tokenizer(stopwords, stemmer)
         self._model: Any = None
 
@@ -235,25 +296,51 @@ class BM25Retriever(Retriever):
             "k1": self.k1, "b": self.b, "method": self.method, "delta": self.delta,
             "stopwords": self.stopwords, "stemmer": self.stemmer, "backend": self.backend,
             "n_threads": self.n_threads, "scoring_backend": self.scoring_backend,
+            "chunk_size": self.chunk_size,
         }
 
     # ------------------------------------------------------------------ indexing
+    @property
+    def scorer(self) -> str:
+        """The scorer in use: ``"numba"`` or ``"numpy"`` (``scoring_backend`` resolved)."""
+        if self.scoring_backend == "auto":
+            return "numba" if _numba_kernel() is not None else "numpy"
+        return self.scoring_backend
+
     def _new_bm25s(self) -> Any:
         bm25s = _import_bm25s()
 
         method, idf_method = BM25S_METHODS[self.method]
+        # bm25s only builds and stores the score matrix; ragkit scores it (see ``_search``)
         return bm25s.BM25(k1=self.k1, b=self.b, delta=self.delta, method=method,
-                          idf_method=idf_method, backend=self.scoring_backend)
+                          idf_method=idf_method, backend="numpy")
+
+    def _token_chunks(self, passages: list[Passage], show: bool) -> Iterator[list[list[str]]]:
+        """Tokens of ``chunk_size`` passages at a time (the whole corpus is never tokenised at
+        once, nor copied into one list of strings)."""
+        bar = progress(range(0, len(passages), self.chunk_size), show=show, desc="tokenize",
+                       leave=False, unit_scale=self.chunk_size)
+        for start in bar:
+            yield self.tokenizer([p.contents for p in passages[start:start + self.chunk_size]])
 
     def _build(self, passages: list[Passage]) -> None:
         show = progress_enabled(self.show_progress)
-        tokens = self.tokenizer([p.contents for p in passages], show_progress=show)
         if self.backend == "bm25s":
+            vocab: dict[str, int] = {}
+            ids: list[list[int]] = []
+            for chunk in self._token_chunks(passages, show):
+                ids.extend([vocab.setdefault(w, len(vocab)) for w in doc] for doc in chunk)
+            if not vocab:
+                raise ValueError(
+                    "no passage has an indexable term (every word is a stop word or a single "
+                    "character); index real text or pass stopwords=None"
+                )
             model = self._new_bm25s()
-            model.index(tokens, show_progress=show)
+            model.index((ids, vocab), show_progress=show)
         else:
             import rank_bm25
 
+            tokens = [t for chunk in self._token_chunks(passages, show) for t in chunk]
             cls = getattr(rank_bm25, RANK_BM25_METHODS[self.method])
             kw: dict[str, Any] = {"k1": self.k1, "b": self.b}
             if self.method != "okapi":
@@ -269,29 +356,63 @@ class BM25Retriever(Retriever):
     def _search(self, queries: list[Query], k: int) -> list[tuple[np.ndarray, np.ndarray]]:
         tokens = self.tokenizer([q.text for q in queries])
         if self.backend == "rank_bm25":
+            known = self._model.idf
             out = []
-            for toks in tokens:  # rank_bm25 scores one query at a time (it has no batch API)
+            for q, toks in zip(queries, tokens):  # rank_bm25 has no batch API
+                if not any(t in known for t in toks):
+                    _log_no_terms(q)
+                    out.append((np.empty(0, np.int64), np.empty(0)))
+                    continue
                 s = np.asarray(self._model.get_scores(toks), dtype=np.float64)
-                # all documents tied with the k-th score, then ties broken by position
-                kth = np.partition(s, len(s) - k)[len(s) - k]
-                cand = np.flatnonzero(s >= kth)
-                top = cand[np.lexsort((cand, -s[cand]))][:k]
-                out.append((top, s[top]))
+                out.append(_exact_topk(s, k))
             return out
         m = self._model
         vocab = m.vocab_dict
-        ids = [[vocab[t] for t in toks if t in vocab] for toks in tokens]
-        # A query with no indexed term scores 0 everywhere: answer it without bm25s.
-        out: list[tuple[np.ndarray, np.ndarray]] = [
-            (np.arange(k), np.zeros(k)) for _ in ids
-        ]
-        live = [i for i, q in enumerate(ids) if q]
-        if live:
-            docs, scores = m.retrieve([ids[i] for i in live], k=k, show_progress=False,
-                                      n_threads=self.n_threads, sorted=True)
-            for i, d, s in zip(live, np.asarray(docs), np.asarray(scores)):
-                out[i] = (d, s)
+        n_terms = len(m.scores["indptr"]) - 1
+        ids = [[vocab[t] for t in toks if t in vocab and vocab[t] < n_terms] for toks in tokens]
+        out = [(np.empty(0, np.int64), np.empty(0)) for _ in ids]
+        live = []
+        for i, (q, qi) in enumerate(zip(queries, ids)):
+            if qi:
+                live.append(i)
+            else:
+                _log_no_terms(q)
+        if not live:
+            return out
+        n_threads = self.n_threads if self.n_threads >= 0 else (os.cpu_count() or 1)
+        parts = [live[j::max(1, n_threads)] for j in range(max(1, n_threads))] if n_threads > 1 \
+            else [live]
+        score = self._score_numba if self.scorer == "numba" else self._score_numpy
+        if len(parts) > 1:
+            with ThreadPoolExecutor(max_workers=len(parts)) as ex:
+                results = list(ex.map(lambda p: score([ids[i] for i in p], k), parts))
+        else:
+            results = [score([ids[i] for i in live], k)]
+        for part, res in zip(parts, results):
+            for i, r in zip(part, res):
+                out[i] = r
         return out
+
+    def _offset(self, qi: list[int]) -> np.float32:
+        """The constant BM25L / BM25+ add to every document (as bm25s computes it)."""
+        nonocc = self._model.nonoccurrence_array
+        if nonocc is None:
+            return np.float32(0.0)
+        return np.float32(nonocc[np.asarray(qi, dtype=np.int64)].sum())
+
+    def _score_numpy(self, ids: list[list[int]], k: int) -> list[tuple[np.ndarray, np.ndarray]]:
+        m = self._model
+        return [_exact_topk(m.get_scores_from_ids(qi), k) for qi in ids]
+
+    def _score_numba(self, ids: list[list[int]], k: int) -> list[tuple[np.ndarray, np.ndarray]]:
+        sc = self._model.scores
+        ptr = np.zeros(len(ids) + 1, dtype=np.int64)
+        ptr[1:] = np.cumsum([len(q) for q in ids])
+        flat = np.fromiter((t for q in ids for t in q), dtype=np.int64, count=int(ptr[-1]))
+        offsets = np.array([self._offset(q) for q in ids], dtype=np.float32)
+        idx, scores = _numba_kernel().topk_batch(
+            sc["data"], sc["indptr"], sc["indices"], int(sc["num_docs"]), flat, ptr, offsets, k)
+        return list(zip(idx, scores))
 
     # ------------------------------------------------------------------ persistence
     def _save_files(self, folder: Path) -> None:
@@ -315,7 +436,7 @@ class BM25Retriever(Retriever):
 
             try:
                 model = bm25s.BM25.load(str(folder / "bm25s"), allow_pickle=False,
-                                        show_progress=False, backend=obj.scoring_backend)
+                                        show_progress=False, backend="numpy")
             except (OSError, ValueError, json.JSONDecodeError) as e:
                 raise IndexFormatError(f"index {folder} is damaged ({e}); rebuild it") from e
             if model.scores.get("num_docs") != len(passages):
