@@ -1,25 +1,49 @@
-"""The reranker interface shared by MoI, the distilled student and any other reranker.
+"""The reranker contract shared by every reranker in ragkit.
 
-Modelled on AnswerDotAI's ``rerankers``: one tiny base class whose ``rank(query, passages)``
-returns a :class:`~ragkit.types.RankedList` (with ``top_k()``); ``rank_many`` is the batched
-form that subclasses implement.
+Modelled on AnswerDotAI's ``rerankers``: one small base class whose ``rank(query, passages)``
+returns a :class:`~ragkit.types.RankedList` (with ``top_k()``); ``rank_many`` is the batched form
+(one model call for all queries) and ``arank`` / ``arank_many`` are their ``asyncio`` forms, so
+every reranker works in a web server or an async chain without blocking the event loop.
+
+Backends (one file each under :mod:`ragkit.debias`): ``MoIReranker``, ``DistilledReranker``,
+``CrossEncoderReranker``, ``IdentityReranker`` and ``RandomReranker``; build any of them from a
+string with :func:`ragkit.debias.get_reranker`. A new backend implements :meth:`Reranker._rank_many`
+on validated inputs, and sets :attr:`needs_answers` when it reads reference answers.
 """
 
 from __future__ import annotations
 
+import asyncio
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ragkit.types import Passage, Query, RankedList, as_passages, as_query
 
-__all__ = ["Reranker"]
+__all__ = ["Reranker", "PassageLike"]
 
 PassageLike = Passage | str | Mapping[str, Any]
 
 
 class Reranker(ABC):
-    """Base class: implement :meth:`_rank_many` on validated inputs."""
+    """Base class: implement :meth:`_rank_many`; inputs arrive validated.
+
+    Attributes
+    ----------
+    name
+        Short name used in reports (``"moi"``, ``"student"``, ...).
+    needs_answers
+        ``True`` when the reranker reads the reference answers carried by the :class:`Query`
+        (an oracle such as MoI with the ``gold`` outcome); evaluation passes the gold answers
+        only to such rerankers.
+    last_generator_calls
+        Generator sequences each query of the last :meth:`rank_many` call cost (all zeros for
+        rerankers that use no generator). A diagnostic of the last call, not thread-safe.
+    """
+
+    name: str = "reranker"
+    needs_answers: bool = False
+    last_generator_calls: list[int]
 
     def rank(
         self,
@@ -32,12 +56,17 @@ class Reranker(ABC):
         Parameters
         ----------
         query
-            The question.
+            The question (a :class:`Query` may carry reference answers for oracle rerankers).
         passages
             Candidate passages in retriever order.
         scores
             Optional retriever scores, aligned with ``passages`` (used as a prior by some
             rerankers).
+
+        Returns
+        -------
+        RankedList
+            The passages best first; ``score`` is the reranker's own score.
         """
         return self.rank_many([query], [passages], None if scores is None else [scores])[0]
 
@@ -47,7 +76,7 @@ class Reranker(ABC):
         passages: Sequence[Sequence[PassageLike]],
         scores: Sequence[Sequence[float] | None] | None = None,
     ) -> list[RankedList]:
-        """Rerank several queries' candidates in batched model calls."""
+        """Rerank several queries' candidates in batched model calls (one ``RankedList`` each)."""
         if len(queries) != len(passages):
             raise ValueError(f"{len(queries)} queries but {len(passages)} passage lists")
         if scores is not None and len(scores) != len(queries):
@@ -61,7 +90,29 @@ class Reranker(ABC):
         for p, s in zip(ps, sc):
             if s is not None and len(s) != len(p):
                 raise ValueError(f"{len(p)} passages but {len(s)} scores")
-        return self._rank_many(qs, ps, sc)
+        self.last_generator_calls = [0] * len(qs)
+        out = self._rank_many(qs, ps, sc)
+        if len(out) != len(qs):  # a backend bug, not a user error
+            raise RuntimeError(f"{type(self).__name__} returned {len(out)} rankings for {len(qs)} queries")
+        return out
+
+    async def arank(
+        self,
+        query: Query | str,
+        passages: Sequence[PassageLike],
+        scores: Sequence[float] | None = None,
+    ) -> RankedList:
+        """:meth:`rank` in a worker thread (``asyncio.to_thread``), for async applications."""
+        return await asyncio.to_thread(self.rank, query, passages, scores)
+
+    async def arank_many(
+        self,
+        queries: Sequence[Query | str],
+        passages: Sequence[Sequence[PassageLike]],
+        scores: Sequence[Sequence[float] | None] | None = None,
+    ) -> list[RankedList]:
+        """:meth:`rank_many` in a worker thread (``asyncio.to_thread``), for async applications."""
+        return await asyncio.to_thread(self.rank_many, queries, passages, scores)
 
     @abstractmethod
     def _rank_many(
@@ -71,3 +122,6 @@ class Reranker(ABC):
         scores: list[list[float] | None],
     ) -> list[RankedList]:
         """Rank validated inputs; one ``RankedList`` per query."""
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self.name!r})"

@@ -6,16 +6,9 @@ import numpy as np
 import pytest
 
 from ragkit.debias import METHOD_NAMES, MoI, MoIReranker, PositionProfile, get_method
-from ragkit.debias.baselines import (
-    answer_support,
-    borda,
-    both_ends_order,
-    per_ordering_rankings,
-    reverse_order,
-    rrf,
-    vote,
-)
+from ragkit.debias.baselines import answer_support, borda, per_ordering_rankings, rrf, vote
 from ragkit.debias.designs import cyclic
+from ragkit.debias.placement import both_ends_order, reverse_order
 from ragkit.types import Passage, QARecord
 
 
@@ -35,7 +28,7 @@ def _passages(k: int) -> list[Passage]:
 def test_both_ends_and_reverse() -> None:
     assert both_ends_order([0, 1, 2, 3, 4]) == [0, 2, 4, 3, 1]
     assert both_ends_order([3, 1, 0, 2]) == [3, 0, 2, 1]
-    assert reverse_order(3) == [2, 1, 0]
+    assert reverse_order([0, 1, 2]) == [2, 1, 0]
 
 
 def test_borda_and_rrf_hand_computed() -> None:

@@ -1,11 +1,24 @@
-"""ragkit.debias: Mixture-of-Intervention (MoI) debiased reranking and its baselines.
+"""ragkit.debias: rerankers, placements and answerers, with Mixture-of-Intervention (MoI).
 
-Lee et al., "Inference Scaling for Bridging Retrieval and Augmented Generation" (NAACL Findings
-2025, arXiv 2412.10684).
+One contract (:class:`ragkit.reranking.Reranker`) and three steps, composed by
+:class:`Method` (and by :class:`ragkit.RAGPipeline`):
 
->>> from ragkit.debias import MoI, MoIReranker       # doctest: +SKIP
->>> from ragkit.generation import Generator          # doctest: +SKIP
->>> MoIReranker(Generator()).rank("Who wrote Hamlet?", passages).ids()  # doctest: +SKIP
+- **reranker** (one backend per file): :class:`MoIReranker` (``reranker.py``),
+  :class:`DistilledReranker` (``student.py``), :class:`CrossEncoderReranker` (``cross_encoder.py``),
+  :class:`IdentityReranker` and :class:`RandomReranker` (``baselines.py``); built from a string
+  by :func:`get_reranker`;
+- **placement** (``placement.py``): ``none``, ``reverse``, ``both_ends``, ``bias_aware``;
+- **answerer** (``answerers.py``): ``single``, ``voting``, ``psc_borda`` / ``psc_rrf``.
+
+Named evaluation methods are presets of the three (``presets.py``: :func:`get_method`,
+:func:`available_methods`).
+
+MoI: Lee et al., "Inference Scaling for Bridging Retrieval and Augmented Generation" (NAACL
+Findings 2025, arXiv 2412.10684).
+
+>>> from ragkit.debias import get_reranker                    # doctest: +SKIP
+>>> from ragkit.generation import Generator                   # doctest: +SKIP
+>>> get_reranker("moi", Generator()).rank("Who wrote Hamlet?", passages).ids()  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -22,11 +35,24 @@ __all__ = [
     "MoI",
     "MoIResult",
     "MoIReranker",
+    "DistilledReranker",
+    "CrossEncoderReranker",
+    "IdentityReranker",
+    "RandomReranker",
     "PositionProfile",
     "OutcomeResult",
+    "place",
+    "PLACEMENTS",
+    "Answerer",
+    "get_answerer",
     "METHOD_NAMES",
+    "Method",
     "MethodOutput",
+    "available_methods",
+    "available_rerankers",
     "get_method",
+    "get_reranker",
+    "resolve_method",
     "cyclic",
     "prior",
     "random_design",
@@ -36,14 +62,30 @@ __all__ = [
     "ridge_utilities",
 ]
 
+_LAZY = {  # these import sentence-transformers / the generator stack only when used
+    "MoIReranker": "ragkit.debias.reranker",
+    "DistilledReranker": "ragkit.debias.student",
+    "CrossEncoderReranker": "ragkit.debias.cross_encoder",
+    "IdentityReranker": "ragkit.debias.baselines",
+    "RandomReranker": "ragkit.debias.baselines",
+    "place": "ragkit.debias.placement",
+    "PLACEMENTS": "ragkit.debias.placement",
+    "Answerer": "ragkit.debias.answerers",
+    "get_answerer": "ragkit.debias.answerers",
+    "METHOD_NAMES": "ragkit.debias.presets",
+    "Method": "ragkit.debias.presets",
+    "MethodOutput": "ragkit.debias.presets",
+    "available_methods": "ragkit.debias.presets",
+    "available_rerankers": "ragkit.debias.presets",
+    "get_method": "ragkit.debias.presets",
+    "get_reranker": "ragkit.debias.presets",
+    "resolve_method": "ragkit.debias.presets",
+}
 
-def __getattr__(name: str) -> Any:  # lazy: methods/reranker import more of ragkit
-    if name in ("METHOD_NAMES", "MethodOutput", "get_method"):
-        from ragkit.debias import methods
 
-        return getattr(methods, name)
-    if name == "MoIReranker":
-        from ragkit.debias.reranker import MoIReranker
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
 
-        return MoIReranker
+        return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'ragkit.debias' has no attribute {name!r}")

@@ -1,11 +1,10 @@
-"""Baselines beside Mixture-of-Intervention: fixed reorderings, answer voting, permutation
-self-consistency.
+"""Baselines beside Mixture-of-Intervention: retriever-order and chance-level rerankers, answer
+voting, permutation self-consistency.
 
-- :func:`retriever_order`, :func:`reverse_order`: the given order and its reversal (best last,
-  next to the question: exploits recency bias).
-- :func:`both_ends_order`: the "lost in the middle" reorder (Liu et al., TACL 2024): best first,
-  second best last, third second, fourth second to last, ... so the weakest passages sit in the
-  middle.
+- :class:`IdentityReranker`: the retriever order as the ranking (scores: the retriever's, else
+  ``k - i``).
+- :class:`RandomReranker`: a uniformly random permutation per query (chance level), seeded by
+  ``(seed, query, passage ids)`` so a query gets the same order however queries are batched.
 - :func:`vote`: answer voting over orderings: the majority of normalised answers (ties: the
   answer seen first, i.e. from the earliest ordering; the retriever order comes first in every
   design). Lee et al. (arXiv 2412.10684) report it as the strongest simple alternative to MoI.
@@ -13,6 +12,9 @@ self-consistency.
   Improves Listwise Ranking in Large Language Models", NAACL 2024): rank under each of several
   orderings, then aggregate the rankings with Borda count, ``B(p) = Σ_m (k − 1 − r_m(p))``, or
   reciprocal rank fusion, ``RRF(p) = Σ_m 1 / (c + r_m(p) + 1)`` (Cormack et al., SIGIR 2009).
+
+Placements (reverse, both ends, bias-aware) live in :mod:`ragkit.debias.placement`; the answerers
+that use :func:`vote` and the aggregations live in :mod:`ragkit.debias.answerers`.
 
 Choice for the per-ordering ranking (a small generator cannot produce reliable listwise
 rankings, and passage-level attributions are not available from one ordering): each
@@ -25,17 +27,20 @@ out and the final ties fall back to the retriever order.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 
 import numpy as np
 
 from ragkit.debias.designs import slots_of
-from ragkit.types import Passage
+from ragkit.debias.outcomes import majority_answer
+from ragkit.reranking import Reranker
+from ragkit.text import normalize_answer
+from ragkit.types import Hit, Passage, Query, RankedList
 
 __all__ = [
-    "retriever_order",
-    "reverse_order",
-    "both_ends_order",
+    "IdentityReranker",
+    "RandomReranker",
     "vote",
     "answer_support",
     "per_ordering_rankings",
@@ -44,38 +49,69 @@ __all__ = [
 ]
 
 
-def retriever_order(k: int) -> list[int]:
-    """``[0, 1, ..., k-1]``."""
-    return list(range(k))
+class IdentityReranker(Reranker):
+    """The retriever order as the ranking: no model, no cost.
 
-
-def reverse_order(k: int) -> list[int]:
-    """``[k-1, ..., 0]``: the best passage last, next to the question."""
-    return list(range(k))[::-1]
-
-
-def both_ends_order(ranking: Sequence[int]) -> list[int]:
-    """Best first, second best last, third second, fourth second to last, ...
-
-    ``ranking`` lists passage indices best first; the result is a prompt order.
+    Scores are the retriever's when given (then the input order must already be best first),
+    otherwise ``k - i``; the ranking is always the input order.
     """
-    k = len(ranking)
-    order: list[int] = [0] * k
-    lo, hi = 0, k - 1
-    for r, p in enumerate(ranking):
-        if r % 2 == 0:
-            order[lo] = int(p)
-            lo += 1
-        else:
-            order[hi] = int(p)
-            hi -= 1
-    return order
+
+    name = "none"
+
+    def _rank_many(
+        self,
+        queries: list[Query],
+        passages: list[list[Passage]],
+        scores: list[list[float] | None],
+    ) -> list[RankedList]:
+        out = []
+        for q, ps, sc in zip(queries, passages, scores):
+            k = len(ps)
+            s = [float(k - i) for i in range(k)] if sc is None else sc
+            out.append(RankedList(tuple(Hit(p, float(x), i) for i, (p, x) in enumerate(zip(ps, s))), q))
+        return out
+
+
+class RandomReranker(Reranker):
+    """A uniformly random ranking per query (the chance-level baseline).
+
+    The permutation of query ``q`` over passages ``p_1..p_k`` is drawn from
+    ``numpy.random.default_rng([seed, h])`` with ``h`` a SHA-256 digest of the query text and the
+    passage ids, so it does not depend on batching or on the other queries. Scores: ``k - rank``.
+
+    Parameters
+    ----------
+    seed
+        Seed of the permutations.
+    """
+
+    name = "random"
+
+    def __init__(self, seed: int = 0) -> None:
+        self.seed = int(seed)
+
+    def permutation(self, query: str, passages: Sequence[Passage]) -> list[int]:
+        """The random ranking (passage indices, best first) of one query."""
+        key = "\x1f".join([query, *(p.id for p in passages)]).encode("utf-8")
+        h = int.from_bytes(hashlib.sha256(key).digest()[:8], "little")
+        return np.random.default_rng([self.seed, h]).permutation(len(passages)).tolist()
+
+    def _rank_many(
+        self,
+        queries: list[Query],
+        passages: list[list[Passage]],
+        scores: list[list[float] | None],
+    ) -> list[RankedList]:
+        out = []
+        for q, ps in zip(queries, passages):
+            k = len(ps)
+            perm = self.permutation(q.text, ps)
+            out.append(RankedList(tuple(Hit(ps[i], float(k - r), r) for r, i in enumerate(perm)), q))
+        return out
 
 
 def vote(answers: Sequence[str]) -> str:
     """Majority answer over normalised forms (ties: first seen); ``""`` when all are empty."""
-    from ragkit.debias.outcomes import majority_answer
-
     tied, _ = majority_answer(answers)
     return tied[0] if tied else ""
 

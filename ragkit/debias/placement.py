@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["PLACEMENTS", "place", "ranked_order", "reverse_order", "both_ends_order", "bias_aware_order"]
+__all__ = ["PLACEMENTS", "place", "check_placement", "ranked_order", "reverse_order", "both_ends_order", "bias_aware_order"]
 
 PLACEMENTS: tuple[str, ...] = ("none", "reverse", "both_ends", "bias_aware")
 _ALIASES = {"ranked": "none"}
@@ -82,6 +82,14 @@ def _weights(profile: Any, k: int) -> np.ndarray:
     return np.asarray(profile, dtype=np.float64)
 
 
+def check_placement(placement: str) -> str:
+    """The canonical name of a placement (``"ranked"`` -> ``"none"``); an unknown name is an error."""
+    kind = _ALIASES.get(placement, placement)
+    if kind not in PLACEMENTS:
+        raise ValueError(f"unknown placement {placement!r}; choose one of {', '.join(PLACEMENTS)}")
+    return kind
+
+
 def place(ranking: Sequence[int], placement: str = "none", profile: Any = None) -> list[int]:
     """Prompt order from a ranking (passage indices, best first).
 
@@ -101,9 +109,7 @@ def place(ranking: Sequence[int], placement: str = "none", profile: Any = None) 
     list[int]
         ``order[j]`` = index of the passage at prompt slot ``j``.
     """
-    kind = _ALIASES.get(placement, placement)
-    if kind not in PLACEMENTS:
-        raise ValueError(f"unknown placement {placement!r}; choose one of {', '.join(PLACEMENTS)}")
+    kind = check_placement(placement)
     if kind == "none":
         return ranked_order(ranking)
     if kind == "reverse":

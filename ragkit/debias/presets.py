@@ -1,8 +1,28 @@
-"""Named reranking/answering methods with one interface, for evaluation runners and benchmarks.
+"""Named rerankers and evaluation methods: one factory, one registry of presets.
 
-Every method takes questions with their passages in retriever order and returns, per query, a
-:class:`MethodOutput`: a ranking of the passages, the final prompt order, the final answer and
-the number of sequences sent through the generator.
+A *method* is reranker -> placement -> answerer (:class:`Method`). :func:`get_reranker` builds a
+reranker from a spec string (the shape of the ``rerankers`` library's ``Reranker()`` factory);
+:func:`get_method` builds a method from a preset name. Names are checked by
+:func:`resolve_method` / :func:`parse_reranker` before any model loads, so a typo is reported at
+once with the valid names.
+
+Rerankers (:func:`get_reranker`):
+
+========================  ==========================================================================
+spec                      reranker
+========================  ==========================================================================
+``none``                  :class:`~ragkit.debias.baselines.IdentityReranker` (retriever order)
+``random``                :class:`~ragkit.debias.baselines.RandomReranker` (chance level, seeded)
+``moi``                   :class:`~ragkit.debias.reranker.MoIReranker`, cyclic design, ``consensus``
+``moi_prior``             MoI, prior design (M = 3), ``consensus``
+``moi_random``            MoI, random design (M = k), ``consensus``
+``moi_confidence``        MoI, cyclic design, ``confidence`` outcome
+``moi_gold``              MoI, cyclic design, ``gold`` outcome (reads reference answers: an oracle)
+``student:PATH``          :class:`~ragkit.debias.student.DistilledReranker` saved by ``ragkit distill``
+``cross-encoder:NAME``    :class:`~ragkit.debias.cross_encoder.CrossEncoderReranker` (folder or hub id)
+========================  ==========================================================================
+
+Methods (:func:`get_method`; reranker, placement, answerer):
 
 ========================  ==========================================================================
 name                      what it does
@@ -12,12 +32,10 @@ name                      what it does
 ``both_ends``             lost-in-the-middle reorder (best first, 2nd last, ...); ranking = retriever's
 ``random``                a random permutation (seeded) as ranking and prompt order (chance level)
 ``voting``                greedy answer per cyclic rotation, majority answer; ranking = retriever's
-``psc_borda``/``psc_rrf`` permutation self-consistency over the cyclic rotations (see baselines)
-``moi``                   MoI, cyclic design, ``consensus`` outcome, bias-aware placement
-``moi_prior``             MoI, prior design (M = 3), ``consensus`` outcome
-``moi_random``            MoI, random design (M = k), ``consensus`` outcome
-``moi_confidence``        MoI, cyclic design, ``confidence`` outcome
-``moi_gold``              MoI, cyclic design, ``gold`` outcome (needs reference answers; an oracle)
+``psc_borda``/``psc_rrf`` permutation self-consistency over the cyclic rotations; ranking = PSC's
+``moi``...``moi_gold``    the MoI reranker of the same name, bias-aware placement, one answer
+``student:PATH``          the distilled student's ranking, ranking order, one answer
+``cross-encoder:NAME``    a cross-encoder's ranking, ranking order, one answer
 ========================  ==========================================================================
 
 Placement baselines keep the retriever's ranking because they only move passages inside the
@@ -29,24 +47,174 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-import numpy as np
+from ragkit.debias.answerers import Answerer, get_answerer
+from ragkit.debias.baselines import IdentityReranker, RandomReranker
+from ragkit.debias.placement import check_placement, place
+from ragkit.reranking import Reranker
+from ragkit.types import Passage, Query, RankedList, as_passages
 
-from ragkit.debias.baselines import both_ends_order, borda, per_ordering_rankings, reverse_order, rrf, vote
-from ragkit.debias.designs import make_design
-from ragkit.debias.moi import MoI
-from ragkit.debias.outcomes import generate_per_ordering
-from ragkit.types import Hit, Passage, Query, RankedList, as_passages
-
-__all__ = ["METHOD_NAMES", "MethodOutput", "Method", "get_method"]
+__all__ = [
+    "METHOD_NAMES",
+    "RERANKER_NAMES",
+    "Preset",
+    "PRESETS",
+    "Method",
+    "MethodOutput",
+    "available_methods",
+    "available_rerankers",
+    "get_method",
+    "get_reranker",
+    "parse_reranker",
+    "resolve_method",
+]
 
 logger = logging.getLogger(__name__)
 
-METHOD_NAMES = (
-    "none", "reverse", "both_ends", "random", "voting", "psc_borda", "psc_rrf",
-    "moi", "moi_prior", "moi_random", "moi_confidence", "moi_gold",
-)
+_MOI_RERANKERS: dict[str, dict[str, Any]] = {
+    "moi": {"design": "cyclic", "outcome": "consensus"},
+    "moi_prior": {"design": "prior", "budget": 3, "outcome": "consensus"},
+    "moi_random": {"design": "random", "outcome": "consensus"},
+    "moi_confidence": {"design": "cyclic", "outcome": "confidence"},
+    "moi_gold": {"design": "cyclic", "outcome": "gold"},
+}
+RERANKER_NAMES: tuple[str, ...] = ("none", "random", *_MOI_RERANKERS)
+"""Fixed reranker specs; ``student:PATH`` and ``cross-encoder:NAME`` take an argument."""
+_PATTERNS = ("student:PATH", "cross-encoder:NAME")
+_ENCODER_KW = ("device", "batch_size", "max_length")
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A named method: reranker spec, placement and answerer name (see the module table)."""
+
+    name: str
+    reranker: str
+    placement: str = "none"
+    answerer: str = "single"
+    description: str = ""
+
+    @property
+    def loads_encoder(self) -> bool:
+        """Whether the reranker is a cross-encoder (takes ``device`` / ``batch_size``)."""
+        return parse_reranker(self.reranker)[0] in ("student", "cross-encoder")
+
+
+PRESETS: dict[str, Preset] = {p.name: p for p in (
+    Preset("none", "none", "none", "single", "retriever order; answer once"),
+    Preset("reverse", "none", "reverse", "single", "best passage last; answer once"),
+    Preset("both_ends", "none", "both_ends", "single", "lost-in-the-middle reorder; answer once"),
+    Preset("random", "random", "none", "single", "random order (chance level); answer once"),
+    Preset("voting", "none", "none", "voting", "majority answer over the cyclic rotations"),
+    Preset("psc_borda", "none", "none", "psc_borda", "permutation self-consistency, Borda"),
+    Preset("psc_rrf", "none", "none", "psc_rrf", "permutation self-consistency, RRF"),
+    *(Preset(n, n, "bias_aware", "single", f"MoI ({kw['design']} design, {kw['outcome']} outcome)")
+      for n, kw in _MOI_RERANKERS.items()),
+)}
+METHOD_NAMES: tuple[str, ...] = tuple(PRESETS)
+"""The fixed method names (``student:PATH`` and ``cross-encoder:NAME`` take an argument)."""
+
+
+def available_rerankers() -> list[str]:
+    """Reranker specs :func:`get_reranker` accepts."""
+    return [*RERANKER_NAMES, *_PATTERNS]
+
+
+def available_methods() -> list[str]:
+    """Method names :func:`get_method` accepts."""
+    return [*METHOD_NAMES, *_PATTERNS]
+
+
+def parse_reranker(spec: str) -> tuple[str, str | None]:
+    """Check a reranker spec without loading anything: ``(kind, argument)``.
+
+    ``"moi_prior"`` -> ``("moi_prior", None)``; ``"student:DIR"`` -> ``("student", "DIR")`` (the
+    folder must exist); ``"cross-encoder:NAME"`` -> ``("cross-encoder", "NAME")``.
+    """
+    if not isinstance(spec, str):
+        raise TypeError(f"a reranker spec is a string, got {type(spec).__name__}")
+    kind, sep, arg = spec.partition(":")
+    if not sep:
+        if spec in RERANKER_NAMES:
+            return spec, None
+        raise ValueError(f"unknown reranker {spec!r}; choose one of {', '.join(available_rerankers())}")
+    if kind not in ("student", "cross-encoder"):
+        raise ValueError(f"unknown reranker {spec!r}; choose one of {', '.join(available_rerankers())}")
+    if not arg.strip():
+        raise ValueError(f"{spec!r} names no model; write {kind}:PATH" if kind == "student"
+                         else f"{spec!r} names no model; write cross-encoder:NAME (folder or hub id)")
+    if kind == "student" and not Path(arg).is_dir():
+        raise ValueError(f"{spec!r}: no such student folder {arg!r}; train one with `ragkit distill --out DIR`")
+    return kind, arg
+
+
+def resolve_method(name: str) -> Preset:
+    """The preset behind a method name, checked without loading any model.
+
+    Raises
+    ------
+    ValueError
+        For an unknown name (the message lists the valid ones) or a bad ``student:``/``cross-encoder:``
+        argument.
+    """
+    if name in PRESETS:
+        return PRESETS[name]
+    if isinstance(name, str) and ":" in name and name.partition(":")[0] in ("student", "cross-encoder"):
+        parse_reranker(name)
+        return Preset(name, name, "none", "single", f"{name.partition(':')[0]} ranking; answer once")
+    raise ValueError(f"unknown method {name!r}; choose one of {', '.join(available_methods())}")
+
+
+def get_reranker(spec: str | Reranker, generator: Any = None, **kwargs: Any) -> Reranker:
+    """Build a reranker from a spec (see the module table); a :class:`Reranker` is returned as is.
+
+    Parameters
+    ----------
+    spec
+        ``"none"``, ``"random"``, ``"moi"``, ``"moi_prior"``, ``"moi_random"``, ``"moi_confidence"``,
+        ``"moi_gold"``, ``"student:PATH"`` or ``"cross-encoder:NAME"``.
+    generator
+        The generator MoI rerankers run on (ignored by the others).
+    **kwargs
+        ``seed`` (random, MoI); any :class:`~ragkit.debias.MoIReranker` argument for MoI
+        (``profile``, ``lam``, ``budget``, ``design``, ``max_new_tokens``, ...); ``device``,
+        ``batch_size``, ``max_length`` for ``student:``/``cross-encoder:``. A keyword the
+        reranker does not take is an error naming it.
+    """
+    if isinstance(spec, Reranker):
+        return spec
+    kind, arg = parse_reranker(spec)
+    kw = dict(kwargs)
+
+    def reject(allowed: Sequence[str]) -> None:
+        bad = sorted(set(kw) - set(allowed))
+        if bad:
+            raise TypeError(f"reranker {spec!r} takes no {', '.join(bad)}; it takes "
+                            f"{', '.join(allowed) if allowed else 'no settings'}")
+
+    if kind == "none":
+        reject(())
+        return IdentityReranker()
+    if kind == "random":
+        reject(("seed",))
+        return RandomReranker(**kw)
+    if kind in _MOI_RERANKERS:
+        if generator is None:
+            raise ValueError(f"reranker {spec!r} needs a generator; pass a ragkit.generation.Generator")
+        from ragkit.debias.reranker import MoIReranker
+
+        return MoIReranker(generator, **{**_MOI_RERANKERS[kind], **kw})
+    reject(_ENCODER_KW)
+    assert arg is not None
+    if kind == "student":
+        from ragkit.debias.student import DistilledReranker
+
+        return DistilledReranker.load(arg, **{k: v for k, v in kw.items() if k != "max_length"})
+    from ragkit.debias.cross_encoder import CrossEncoderReranker
+
+    return CrossEncoderReranker.from_pretrained(arg, **kw)
 
 
 @dataclass
@@ -58,13 +226,13 @@ class MethodOutput:
     ranking
         Passages ranked best first.
     order
-        Final prompt order (indices into the input passages).
+        Final prompt order (indices into the input passages; ``order[j]`` = passage at slot ``j``).
     answer
         Final answer (``None`` when not generated).
     generator_calls
-        Sequences sent through the generator for this query.
+        Sequences sent through the generator for this query (reranking + answering).
     extra
-        Method-specific details (utilities, per-ordering answers, ...).
+        Method-specific details (MoI utilities and outcomes, per-ordering answers, ...).
     """
 
     ranking: RankedList
@@ -74,22 +242,62 @@ class MethodOutput:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def _retriever_ranking(q: str, ps: list[Passage], sc: Sequence[float] | None) -> RankedList:
-    """The given order as a ranking (scores: the retriever's, or ``k − i``)."""
-    k = len(ps)
-    scores = [float(k - i) for i in range(k)] if sc is None else [float(x) for x in sc]
-    return RankedList(tuple(Hit(p, s, i) for i, (p, s) in enumerate(zip(ps, scores))), Query(text=q))
+def _indices(ranking: RankedList, passages: list[Passage]) -> list[int]:
+    """Input indices of a ranking's passages (by object, else by id)."""
+    by_obj = {id(p): i for i, p in enumerate(passages)}
+    by_id = {p.id: i for i, p in enumerate(passages)}
+    out = []
+    for h in ranking:
+        i = by_obj.get(id(h.passage), by_id.get(h.passage.id))
+        if i is None:
+            raise RuntimeError(f"the reranker returned passage {h.passage.id!r}, which it was not given")
+        out.append(i)
+    if sorted(out) != list(range(len(passages))):
+        raise RuntimeError("the reranker did not return each input passage exactly once")
+    return out
 
 
 class Method:
-    """Base class: validate inputs, run, optionally answer once from each query's final order."""
+    """Reranker -> placement -> answerer, batched over queries.
 
-    name = "method"
+    Parameters
+    ----------
+    reranker
+        Any :class:`~ragkit.reranking.Reranker`.
+    placement
+        ``"none"``, ``"reverse"``, ``"both_ends"`` or ``"bias_aware"`` (:mod:`ragkit.debias.placement`).
+    answerer
+        An :class:`~ragkit.debias.answerers.Answerer` (``None``: rank and place only).
+    profile
+        Position profile for ``bias_aware``; default: the reranker's own (``MoIReranker.profile_for``).
+    name
+        Name in reports.
+    """
 
-    def __init__(self, generator: Any, seed: int = 0, max_new_tokens: int = 16) -> None:
-        self.generator = generator
-        self.seed = seed
-        self.max_new_tokens = max_new_tokens
+    def __init__(self, reranker: Reranker, placement: str = "none", answerer: Answerer | None = None,
+                 profile: Any = None, name: str | None = None) -> None:
+        if not isinstance(reranker, Reranker):
+            raise TypeError(f"reranker must be a ragkit Reranker, got {type(reranker).__name__}; "
+                            "build one with ragkit.debias.get_reranker(spec)")
+        placement = check_placement(placement)
+        if placement == "bias_aware" and profile is None and not hasattr(reranker, "profile_for"):
+            raise ValueError(f"bias_aware placement after a {type(reranker).__name__} needs a position "
+                             "profile; pass profile=PositionProfile.load(FILE) (see `ragkit bias-profile`)")
+        self.reranker = reranker
+        self.placement = placement
+        self.answerer = answerer
+        self.profile = profile
+        self.name = name or reranker.name
+
+    @property
+    def needs_answers(self) -> bool:
+        """Whether the reranker reads reference answers (pass ``answers`` to :meth:`run_many`)."""
+        return bool(self.reranker.needs_answers)
+
+    def _profile(self, k: int) -> Any:
+        if self.placement != "bias_aware":
+            return None
+        return self.profile if self.profile is not None else self.reranker.profile_for(k)  # type: ignore[attr-defined]
 
     def run_many(
         self,
@@ -99,155 +307,102 @@ class Method:
         answers: Sequence[Sequence[str]] | None = None,
         generate_answer: bool = True,
     ) -> list[MethodOutput]:
-        """Run the method on several queries (all model work batched)."""
-        qs = [q.text if isinstance(q, Query) else str(q) for q in questions]
-        if len(passages) != len(qs):
-            raise ValueError(f"{len(qs)} questions but {len(passages)} passage lists")
-        if scores is not None and len(scores) != len(qs):
-            raise ValueError(f"{len(qs)} questions but {len(scores)} score lists")
-        if answers is not None and len(answers) != len(qs):
-            raise ValueError(f"{len(qs)} questions but {len(answers)} answer lists")
+        """Rank, place and answer several queries (each step one batched call).
+
+        Parameters
+        ----------
+        questions
+            Question texts or :class:`Query` objects.
+        passages
+            Per query, the candidates in retriever order.
+        scores
+            Per query, optional retriever scores.
+        answers
+            Per query, reference answers; handed to the reranker only when it
+            :attr:`needs_answers` (an oracle), never to the answerer.
+        generate_answer
+            Run the answerer (else the outputs have ``answer=None``).
+        """
+        n = len(questions)
+        if len(passages) != n:
+            raise ValueError(f"{n} questions but {len(passages)} passage lists")
+        if answers is not None and len(answers) != n:
+            raise ValueError(f"{n} questions but {len(answers)} answer lists")
+        if generate_answer and self.answerer is None:
+            raise ValueError(f"method {self.name!r} has no answerer; pass generate_answer=False or an answerer")
+        queries = []
+        for i, q in enumerate(questions):
+            text = q.text if isinstance(q, Query) else str(q)
+            gold = tuple(answers[i]) if answers is not None else (q.answers if isinstance(q, Query) else ())
+            queries.append(Query(text=text, id=q.id if isinstance(q, Query) else "",
+                                 answers=gold if self.needs_answers else ()))
+        if self.needs_answers and not all(q.answers for q in queries):
+            raise ValueError(f"method {self.name!r} ranks with the gold answers (an oracle); pass answers= "
+                             "with at least one reference answer per question")
         ps = [as_passages(p) for p in passages]
-        for i, p in enumerate(ps):
-            if not p:
-                raise ValueError(f"query {i} ({qs[i]!r}) has no passages; pass at least one")
-        sc = [None] * len(qs) if scores is None else list(scores)
-        if generate_answer and self.generator is None:
-            raise ValueError(f"method {self.name!r} needs a generator to answer")
-        return self._run(qs, ps, sc, answers, generate_answer)
-
-    def _run(self, qs: list[str], ps: list[list[Passage]], sc: list[Any],
-             answers: Sequence[Sequence[str]] | None, generate_answer: bool) -> list[MethodOutput]:
-        raise NotImplementedError
-
-    def _answer(self, qs: list[str], ps: list[list[Passage]], outs: list[MethodOutput]) -> None:
-        finals = self.generator.answer(qs, [[p[j] for j in o.order] for p, o in zip(ps, outs)],
-                                       max_new_tokens=self.max_new_tokens)
-        for o, a in zip(outs, finals):
-            o.answer = a
-            o.generator_calls += 1
-
-
-class _Order(Method):
-    """A fixed prompt order; answer once."""
-
-    def __init__(self, generator: Any, kind: str, **kw: Any) -> None:
-        super().__init__(generator, **kw)
-        self.name = kind
-
-    def _run(self, qs, ps, sc, answers, generate_answer):  # type: ignore[no-untyped-def]
-        rng = np.random.default_rng(self.seed)
-        outs = []
-        for q, p, s in zip(qs, ps, sc):
-            k = len(p)
-            ranking = _retriever_ranking(q, p, s)
-            if self.name == "none":
-                order = list(range(k))
-            elif self.name == "reverse":
-                order = reverse_order(k)
-            elif self.name == "both_ends":
-                order = both_ends_order(list(range(k)))
-            else:  # random
-                order = rng.permutation(k).tolist()
-                ranking = RankedList.from_scores([p[i] for i in order], [float(k - r) for r in range(k)],
-                                                 Query(text=q))
-            outs.append(MethodOutput(ranking=ranking, order=order))
+        rankings = self.reranker.rank_many(queries, ps, scores)
+        calls = list(self.reranker.last_generator_calls)
+        outs: list[MethodOutput] = []
+        for q, p, rk, c in zip(queries, ps, rankings, calls):
+            idx = _indices(rk, p)
+            order = place(idx, self.placement, self._profile(len(p)))
+            outs.append(MethodOutput(ranking=RankedList(rk.hits, q), order=order, generator_calls=c,
+                                     extra=self._reranker_extra(len(outs))))
         if generate_answer:
-            self._answer(qs, ps, outs)
+            assert self.answerer is not None
+            placed = [[p[j] for j in o.order] for p, o in zip(ps, outs)]
+            results = self.answerer.answer_many([q.text for q in queries], placed)
+            for q, o, pl, r in zip(queries, outs, placed, results):
+                o.answer = r.answer
+                o.generator_calls += r.generator_calls
+                if r.scores is not None:  # the answerer reranked (PSC)
+                    o.ranking = RankedList.from_scores(pl, r.scores, q)
+                o.order = [o.order[j] for j in r.order]
+                o.extra.update(r.extra)
         return outs
 
-
-class _Voting(Method):
-    """Answer voting over the orderings of a design (default: the k cyclic rotations)."""
-
-    name = "voting"
-
-    def __init__(self, generator: Any, design: str = "cyclic", budget: int | None = None, **kw: Any) -> None:
-        super().__init__(generator, **kw)
-        self.design, self.budget = design, budget
-
-    def _orderings(self, ps: list[list[Passage]]) -> list[list[list[int]]]:
-        rng = np.random.default_rng(self.seed)
-        return [make_design(self.design, len(p), self.budget, rng=rng) for p in ps]
-
-    def _run(self, qs, ps, sc, answers, generate_answer):  # type: ignore[no-untyped-def]
-        ods = self._orderings(ps)
-        per = generate_per_ordering(self.generator, qs, ps, ods, self.max_new_tokens)
-        outs = []
-        for q, p, s, o, a in zip(qs, ps, sc, ods, per):
-            outs.append(MethodOutput(ranking=_retriever_ranking(q, p, s), order=list(range(len(p))),
-                                     answer=vote(a), generator_calls=len(o),
-                                     extra={"ordering_answers": a}))
-        return outs
+    def _reranker_extra(self, i: int) -> dict[str, Any]:
+        res = getattr(self.reranker, "last_results", None)
+        if not res:
+            return {}
+        r = res[i]
+        return {"utilities": r.utilities.tolist(), "outcomes": [float(x) for x in r.outcomes],
+                "ordering_answers": list(r.ordering_answers), "target": r.target}
 
 
-class _PSC(_Voting):
-    """Permutation self-consistency: aggregate per-ordering answer-support rankings (Borda / RRF)."""
+def get_method(name: str, generator: Any = None, **kwargs: Any) -> Method:
+    """Build a method from its preset name (see the module table; checked before any model loads).
 
-    def __init__(self, generator: Any, agg: str = "borda", rrf_k: float = 60.0, **kw: Any) -> None:
-        super().__init__(generator, **kw)
-        if agg not in ("borda", "rrf"):
-            raise ValueError(f"unknown aggregation {agg!r}; choose 'borda' or 'rrf'")
-        self.agg, self.rrf_k = agg, rrf_k
-        self.name = f"psc_{agg}"
-
-    def _run(self, qs, ps, sc, answers, generate_answer):  # type: ignore[no-untyped-def]
-        ods = self._orderings(ps)
-        per = generate_per_ordering(self.generator, qs, ps, ods, self.max_new_tokens)
-        outs = []
-        for q, p, o, a in zip(qs, ps, ods, per):
-            k = len(p)
-            rks = per_ordering_rankings(a, p, o)
-            agg = borda(rks, k) if self.agg == "borda" else rrf(rks, k, self.rrf_k)
-            ranking = RankedList.from_scores(p, agg.tolist(), Query(text=q))
-            order = sorted(range(k), key=lambda i: (-float(agg[i]), i))
-            outs.append(MethodOutput(ranking=ranking, order=order, generator_calls=len(o),
-                                     extra={"ordering_answers": a, "scores": agg.tolist()}))
-        if generate_answer:
-            self._answer(qs, ps, outs)
-        return outs
-
-
-class _MoI(Method):
-    """Mixture-of-Intervention (:class:`ragkit.debias.MoI`)."""
-
-    def __init__(self, generator: Any, name: str = "moi", **moi_kw: Any) -> None:
-        seed = moi_kw.get("seed", 0)
-        mnt = moi_kw.get("max_new_tokens", 16)
-        super().__init__(generator, seed=seed, max_new_tokens=mnt)
-        self.name = name
-        self.moi = MoI(generator, **moi_kw)
-
-    def _run(self, qs, ps, sc, answers, generate_answer):  # type: ignore[no-untyped-def]
-        res = self.moi.run_many(qs, ps, sc, answers, generate_answer=generate_answer)
-        return [MethodOutput(ranking=r.ranking, order=r.order, answer=r.answer, generator_calls=r.generator_calls,
-                             extra={"utilities": r.utilities.tolist(), "outcomes": np.asarray(r.outcomes).tolist(),
-                                    "ordering_answers": r.ordering_answers, "target": r.target})
-                for r in res]
-
-
-_MOI_PRESETS: dict[str, dict[str, Any]] = {
-    "moi": {"design": "cyclic", "outcome": "consensus"},
-    "moi_prior": {"design": "prior", "budget": 3, "outcome": "consensus"},
-    "moi_random": {"design": "random", "outcome": "consensus"},
-    "moi_confidence": {"design": "cyclic", "outcome": "confidence"},
-    "moi_gold": {"design": "cyclic", "outcome": "gold"},
-}
-
-
-def get_method(name: str, generator: Any, **kwargs: Any) -> Method:
-    """Build a method by name (see the module table); ``kwargs`` override its settings.
-
-    MoI methods accept :class:`~ragkit.debias.MoI`'s arguments (``profile``, ``lam``, ``budget``,
-    ``placement``, ...); ``voting``/``psc_*`` accept ``design`` and ``budget``; all accept
-    ``seed`` and ``max_new_tokens``.
+    Parameters
+    ----------
+    name
+        A name of :func:`available_methods` (``student:PATH``, ``cross-encoder:NAME`` included).
+    generator
+        The :class:`ragkit.generation.Generator` that answers (and that MoI runs on).
+    **kwargs
+        ``seed`` and ``max_new_tokens`` (all); ``placement`` and ``profile`` (the placement and
+        its profile); ``design``, ``budget``, ``rrf_k`` for ``voting``/``psc_*``; any MoI
+        argument for ``moi*``; ``device``, ``batch_size``, ``max_length`` for ``student:``/
+        ``cross-encoder:``.
     """
-    if name in ("none", "reverse", "both_ends", "random"):
-        return _Order(generator, name, **kwargs)
-    if name == "voting":
-        return _Voting(generator, **kwargs)
-    if name in ("psc_borda", "psc_rrf"):
-        return _PSC(generator, agg=name[4:], **kwargs)
-    if name in _MOI_PRESETS:
-        return _MoI(generator, name=name, **{**_MOI_PRESETS[name], **kwargs})
-    raise ValueError(f"unknown method {name!r}; choose one of {METHOD_NAMES}")
+    preset = resolve_method(name)
+    kw = dict(kwargs)
+    seed = kw.pop("seed", 0)
+    mnt = kw.pop("max_new_tokens", 16)
+    placement = check_placement(kw.pop("placement", preset.placement))
+    profile = kw.get("profile")
+    kind = parse_reranker(preset.reranker)[0]
+    answerer_kw: dict[str, Any] = {"max_new_tokens": mnt}
+    if preset.answerer != "single":
+        answerer_kw["seed"] = seed
+        answerer_kw.update({key: kw.pop(key) for key in ("design", "budget", "rrf_k") if key in kw})
+    rr_kw = dict(kw)
+    if kind in _MOI_RERANKERS:
+        rr_kw.update(seed=seed, max_new_tokens=mnt)
+    else:
+        rr_kw.pop("profile", None)  # used by the placement only
+        if kind == "random":
+            rr_kw["seed"] = seed
+    reranker = get_reranker(preset.reranker, generator, **rr_kw)
+    answerer = get_answerer(preset.answerer, generator, **answerer_kw) if generator is not None else None
+    return Method(reranker, placement, answerer, profile=profile, name=preset.name)

@@ -20,7 +20,9 @@ class MoIReranker(Reranker):
     ridge estimator separates from the generator's position bias (scores of the returned hits =
     ``u``); ``scores`` (retriever scores), when given, are the ridge prior. The last run's full
     :class:`MoIResult` objects (orderings, outcomes, prompt order) are kept in
-    :attr:`last_results`.
+    :attr:`last_results`, their generator cost in :attr:`last_generator_calls`. With the ``gold``
+    outcome (an oracle) the reference answers come from the :class:`Query` objects
+    (:attr:`needs_answers` is then ``True``).
 
     Parameters
     ----------
@@ -32,6 +34,8 @@ class MoIReranker(Reranker):
         Length of the per-ordering (and final) answers.
     generate_answer
         Also generate the final answer from the bias-aware order (in ``last_results``).
+    **moi_kwargs
+        Any other :class:`ragkit.debias.MoI` argument (``head``, ``max_tied``, ...).
 
     Examples
     --------
@@ -39,6 +43,8 @@ class MoIReranker(Reranker):
     >>> rr = MoIReranker(Generator(), design="prior", budget=3)     # doctest: +SKIP
     >>> rr.rank("Who wrote Hamlet?", ["Hamlet is by Shakespeare.", "Paris is in France."]).ids()  # doctest: +SKIP
     """
+
+    name = "moi"
 
     def __init__(
         self,
@@ -52,11 +58,23 @@ class MoIReranker(Reranker):
         seed: int = 0,
         generate_answer: bool = False,
         max_new_tokens: int = 16,
+        **moi_kwargs: Any,
     ) -> None:
         self.moi = MoI(generator, design=design, budget=budget, outcome=outcome, lam=lam, profile=profile,
-                       placement=placement, seed=seed, max_new_tokens=max_new_tokens)
+                       placement=placement, seed=seed, max_new_tokens=max_new_tokens, **moi_kwargs)
         self.generate_answer = generate_answer
+        self.needs_answers = outcome == "gold"
         self.last_results: list[MoIResult] = []
+        self.last_generator_calls: list[int] = []
+
+    @property
+    def generator(self) -> Any:
+        """The generator MoI runs its orderings through."""
+        return self.moi.generator
+
+    def profile_for(self, k: int) -> PositionProfile:
+        """The position profile MoI uses for ``k`` passages (also the one bias-aware placement needs)."""
+        return self.moi.profile_for(k)
 
     def _rank_many(
         self,
@@ -68,4 +86,5 @@ class MoIReranker(Reranker):
         res = self.moi.run_many([q.text for q in queries], passages, scores, answers,
                                 generate_answer=self.generate_answer)
         self.last_results = res
+        self.last_generator_calls = [int(r.generator_calls) for r in res]
         return [RankedList(r.ranking.hits, q) for q, r in zip(queries, res)]
