@@ -15,6 +15,21 @@ NAACL Findings 2025, arXiv 2412.10684; choices fixed in the project's methods sp
   and reversed rotations; or, with ``head=m``, rotations of only the top-``m`` head with the
   tail kept in place.
 - :func:`random_design`: ``M`` uniformly random permutations (a baseline).
+
+Presence designs (issue 20: every permutation keeps every passage in the prompt, so the outcome
+moves only through the slot weights; whether a passage is there at all is the strongest signal).
+Here an *intervention* is an index list of any length ``0..k``: a subset of the passages in the
+order they take in the prompt.
+
+- :func:`loo`: the full prompt plus the ``k`` prompts that each leave one passage out
+  (leave-one-out context attribution; Liu et al., "AttriBoT: A Bag of Tricks for Efficiently
+  Approximating Leave-One-Out Context Attribution", arXiv 2411.15102).
+- :func:`ablate`: ``N`` random keep-masks, each passage kept with probability ``p`` (default
+  ``p = 0.5``, ``N = 2k``), kept passages in retriever order (ContextCite, Cohen-Wang et al.,
+  "ContextCite: Attributing Model Generation to Context", NeurIPS 2024, arXiv 2409.00729).
+- :func:`mixed`: random keep-masks whose kept passages appear in a uniformly random order, so one
+  regression identifies both presence utilities ``u`` and slot weights ``a``
+  (:func:`ragkit.debias.estimators.mixed_utilities`).
 """
 
 from __future__ import annotations
@@ -29,7 +44,12 @@ __all__ = [
     "cyclic",
     "prior",
     "random_design",
+    "loo",
+    "ablate",
+    "mixed",
     "make_design",
+    "check_interventions",
+    "keep_masks",
     "is_latin_square",
     "check_orderings",
     "slots_of",
@@ -37,7 +57,11 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-DESIGNS = ("cyclic", "prior", "random")
+PERMUTATION_DESIGNS = ("cyclic", "prior", "random")
+"""Designs whose interventions are permutations of all ``k`` passages."""
+PRESENCE_DESIGNS = ("loo", "ablate", "mixed")
+"""Designs whose interventions drop passages (subsets of any length)."""
+DESIGNS = PERMUTATION_DESIGNS + PRESENCE_DESIGNS
 
 
 def _check_k(k: int) -> int:
@@ -118,6 +142,62 @@ def random_design(k: int, M: int, rng: np.random.Generator | int | None = 0) -> 
     return [gen.permutation(k).tolist() for _ in range(M)]
 
 
+def loo(k: int) -> list[list[int]]:
+    """Leave-one-out: the full prompt, then the ``k`` prompts without passage ``p`` (``p = 0..k-1``).
+
+    Intervention 0 is ``[0, 1, ..., k-1]``; intervention ``1 + p`` is the retriever order with
+    ``p`` removed. The utility of ``p`` is the drop ``o(full) − o(full \\ p)``
+    (:func:`ragkit.debias.estimators.loo_utilities`; AttriBoT, arXiv 2411.15102). ``M = k + 1``.
+    """
+    k = _check_k(k)
+    full = list(range(k))
+    return [full] + [[j for j in full if j != p] for p in full]
+
+
+def _check_keep(p_keep: float) -> float:
+    if not 0.0 < float(p_keep) < 1.0:
+        raise ValueError(f"p_keep (the probability of keeping a passage) must be in (0, 1), got {p_keep}")
+    return float(p_keep)
+
+
+def _gen(rng: np.random.Generator | int | None) -> np.random.Generator:
+    return rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
+
+
+def ablate(k: int, n: int | None = None, p_keep: float = 0.5,
+           rng: np.random.Generator | int | None = 0) -> list[list[int]]:
+    """``n`` random ablations (default ``2k``): keep each passage independently with prob. ``p_keep``.
+
+    The kept passages stay in retriever order; an intervention may be empty (the closed-book
+    prompt), which anchors the intercept. The masks ``z_m ∈ {0, 1}^k`` are the regressors of the
+    ContextCite linear surrogate ``logit P(answer | z) ≈ b + Σ_p w_p z_p``
+    (:func:`ragkit.debias.estimators.surrogate_utilities`; arXiv 2409.00729).
+    """
+    k = _check_k(k)
+    n = _check_budget(2 * k if n is None else n)
+    p_keep = _check_keep(p_keep)
+    gen = _gen(rng)
+    keep = gen.random((n, k)) < p_keep
+    return [np.flatnonzero(row).tolist() for row in keep]
+
+
+def mixed(k: int, n: int | None = None, p_keep: float = 0.5,
+          rng: np.random.Generator | int | None = 0) -> list[list[int]]:
+    """``n`` random keep-masks (default ``3k``), the kept passages in a uniformly random order.
+
+    Presence and slot vary independently, so the bilinear model
+    ``o = b + Σ_j a_j u_{π(j)}`` over the kept passages identifies both ``u`` and ``a``
+    (:func:`ragkit.debias.estimators.mixed_utilities`). The default ``3k`` leaves residual degrees
+    of freedom for the ``2k − 1`` free parameters (``k`` utilities, ``k − 1`` slot weights).
+    """
+    k = _check_k(k)
+    n = _check_budget(3 * k if n is None else n)
+    p_keep = _check_keep(p_keep)
+    gen = _gen(rng)
+    keep = gen.random((n, k)) < p_keep
+    return [gen.permutation(np.flatnonzero(row)).tolist() for row in keep]
+
+
 def make_design(
     name: str,
     k: int,
@@ -125,12 +205,23 @@ def make_design(
     rng: np.random.Generator | int | None = 0,
     head: int | None = None,
 ) -> list[list[int]]:
-    """Build a design by name (``"cyclic"``, ``"prior"``, ``"random"``).
+    """Build a design by name (one of :data:`DESIGNS`).
 
-    ``budget`` defaults to ``k`` for ``cyclic``/``random`` and 3 for ``prior``; for ``cyclic`` a
-    budget below ``k`` keeps the first ``budget`` rotations (no longer a Latin square).
+    ``budget`` defaults to ``k`` for ``cyclic``/``random``, 3 for ``prior``, ``2k`` for
+    ``ablate`` and ``3k`` for ``mixed``; for ``cyclic`` a budget below ``k`` keeps the first
+    ``budget`` rotations (no longer a Latin square). ``loo`` always has ``k + 1`` interventions
+    (a different ``budget`` is an error).
     """
     k = _check_k(k)
+    if name == "loo":
+        if budget is not None and budget != k + 1:
+            raise ValueError(f"the loo design has exactly k + 1 = {k + 1} interventions; leave budget unset "
+                             f"(got budget={budget}) or use design='ablate' for another number")
+        return loo(k)
+    if name == "ablate":
+        return ablate(k, budget, rng=rng)
+    if name == "mixed":
+        return mixed(k, budget, rng=rng)
     if name == "cyclic":
         design = cyclic(k)
         if budget is not None:
@@ -153,6 +244,28 @@ def check_orderings(orderings: Sequence[Sequence[int]], k: int) -> np.ndarray:
         if not np.array_equal(np.sort(row), ref):
             raise ValueError(f"ordering {m} {row.tolist()} is not a permutation of 0..{k - 1}")
     return arr
+
+
+def check_interventions(interventions: Sequence[Sequence[int]], k: int) -> list[list[int]]:
+    """Validate index lists of distinct passages in ``0..k-1`` (any length, empty allowed)."""
+    out: list[list[int]] = []
+    if len(interventions) < 1:
+        raise ValueError("a design needs at least one intervention")
+    for m, row in enumerate(interventions):
+        r = [int(i) for i in row]
+        if len(set(r)) != len(r) or any(i < 0 or i >= k for i in r):
+            raise ValueError(f"intervention {m} {r} must list distinct passage indices in 0..{k - 1}")
+        out.append(r)
+    return out
+
+
+def keep_masks(interventions: Sequence[Sequence[int]], k: int) -> np.ndarray:
+    """``(M, k)`` 0/1 matrix: ``Z[m, p] = 1`` when passage ``p`` is in intervention ``m``."""
+    rows = check_interventions(interventions, k)
+    z = np.zeros((len(rows), k))
+    for m, r in enumerate(rows):
+        z[m, r] = 1.0
+    return z
 
 
 def slots_of(orderings: Sequence[Sequence[int]] | np.ndarray) -> np.ndarray:

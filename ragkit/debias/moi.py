@@ -8,11 +8,28 @@ slot's weight ``a_j`` under the model
 
     E[o(π)] = b + Σ_j a_j · u_{π(j)}.
 
-Pipeline (:meth:`MoI.run_many`): design → orderings → outcomes (batched across orderings and
-queries) → ridge utilities ``u = (A_cᵀA_c + λI)⁻¹(A_cᵀo_c + λ u_prior)``
-(:func:`ragkit.debias.estimators.ridge_utilities`) → ranking by ``u`` (ties: retriever order) →
-placement (``bias_aware``: the best passage into the heaviest slot ``argmax a_j``, the next into
-the next heaviest, ...; ``ranked``: ranking order) → one final answer from the chosen order.
+Pipeline (:meth:`MoI.run_many`): design → interventions → outcomes (batched across
+interventions and queries) → utilities → separation test and blend with the retriever order →
+ranking by ``u`` (ties: retriever order) → placement (``bias_aware``: the best passage into the
+heaviest slot ``argmax a_j`` of the model's profile, the next into the next heaviest, ...;
+``ranked``: ranking order) → one final answer from the chosen order.
+
+Designs and their estimators (:mod:`ragkit.debias.designs`, :mod:`ragkit.debias.estimators`):
+
+- permutations (``cyclic``, ``prior``, ``random``): ridge utilities
+  ``u = (A_cᵀA_c + λI)⁻¹(A_cᵀo_c + λ u_prior)`` (:func:`~ragkit.debias.estimators.ridge_utilities`);
+- presence (issue 20): ``loo`` (``u_p = o(full) − o(full \\ p)``), ``ablate`` (ContextCite's
+  Lasso/ridge surrogate on the logit of the outcome probability) and ``mixed`` (subsets in random
+  orders, ``u`` and ``a`` from one alternating-least-squares regression).
+
+Never worse than the retriever: per query, :func:`~ragkit.debias.estimators.separates` tests
+whether the interventions separated the passages (an F-test of the fit's explained variance, or,
+for saturated designs, whether the outcome moved at all); when they did not, the retriever order
+is kept (``fallback``). Otherwise the utilities are blended with the retriever order,
+``(1 − β) z(u) + β z(prior)`` (``blend = β``, to be chosen on training questions).
+
+Adaptive budget (``budget="auto"``, issue 15 item 3): interventions are added in rounds and the
+loop stops once the top-``stable_top`` of the ranking is unchanged for a round (see :class:`MoI`).
 """
 
 from __future__ import annotations
@@ -24,9 +41,27 @@ from typing import Any
 
 import numpy as np
 
-from ragkit.debias.designs import DESIGNS, make_design
-from ragkit.debias.estimators import ridge_utilities
-from ragkit.debias.outcomes import OUTCOMES, OutcomeFn, compute_outcomes
+from ragkit.debias.designs import (
+    DESIGNS,
+    PRESENCE_DESIGNS,
+    _shift_sequence,
+    ablate,
+    make_design,
+    mixed,
+    prior,
+    random_design,
+)
+from ragkit.debias.estimators import (
+    UtilityFit,
+    blend_with_retriever,
+    loo_utilities,
+    mixed_utilities,
+    permutation_fit,
+    retriever_prior,
+    separates,
+    surrogate_utilities,
+)
+from ragkit.debias.outcomes import OUTCOMES, OutcomeFn, OutcomeResult, compute_outcomes
 from ragkit.debias.placement import place
 from ragkit.debias.profile import PositionProfile
 from ragkit.types import Passage, Query, RankedList, as_passages
@@ -51,7 +86,7 @@ class MoIResult:
     utilities
         ``(k,)`` utilities in input order.
     orderings
-        The ``M`` orderings that were run.
+        The ``M`` interventions that were run (orderings; subsets for the presence designs).
     outcomes
         ``(M,)`` outcome per ordering.
     answer
@@ -66,6 +101,14 @@ class MoIResult:
         Sequences sent through the generator (orderings generated + scored + final answer).
     inputs
         The input passages (retriever order).
+    fallback
+        ``True`` when the separation test failed and the retriever order was kept.
+    fit_stats
+        The separation test's statistics (``r2``, ``f``, ``pvalue``, ``df_resid``, ``spread``).
+    rounds
+        Rounds of interventions run (``budget="auto"``; 1 otherwise).
+    estimated_weights
+        Slot weights estimated with ``u`` (``mixed`` design), else ``None``.
     """
 
     ranking: RankedList
@@ -79,6 +122,10 @@ class MoIResult:
     weights: np.ndarray | None = None
     generator_calls: int = 0
     inputs: list[Passage] = field(default_factory=list)
+    fallback: bool = False
+    fit_stats: dict[str, float] = field(default_factory=dict)
+    rounds: int = 1
+    estimated_weights: np.ndarray | None = None
 
     def passages(self) -> list[Passage]:
         """Passages in the final prompt order."""
@@ -96,6 +143,11 @@ class MoIResult:
             "target": self.target,
             "weights": None if self.weights is None else np.asarray(self.weights).tolist(),
             "generator_calls": self.generator_calls,
+            "fallback": self.fallback,
+            "fit_stats": dict(self.fit_stats),
+            "rounds": self.rounds,
+            "estimated_weights": None if self.estimated_weights is None
+            else np.asarray(self.estimated_weights).tolist(),
         }
 
 
@@ -108,38 +160,70 @@ class MoI:
         A :class:`ragkit.generation.Generator` (may be ``None`` only with a callable ``outcome``
         and ``generate_answer=False``).
     design
-        ``"cyclic"`` (k rotations, a Latin square), ``"prior"`` (M < k orderings around the
-        retriever order) or ``"random"``.
+        One of :data:`ragkit.debias.designs.DESIGNS`: ``"cyclic"`` (k rotations, a Latin square),
+        ``"prior"`` (M < k orderings around the retriever order), ``"random"``, or the presence
+        designs ``"loo"`` (k + 1 prompts), ``"ablate"`` (2k random subsets) and ``"mixed"``
+        (3k random subsets in random orders).
     budget
-        Number of orderings ``M`` (default: ``k`` for cyclic/random, 3 for prior).
+        Number of interventions ``M`` (default per design, see
+        :func:`ragkit.debias.designs.make_design`), or ``"auto"``: add interventions in rounds
+        until the top-``stable_top`` passages of the ranking are unchanged for one round. Rounds:
+        permutation designs start with 3 orderings (the ``prior`` design's) and add 2 per round
+        (further rotations / reversals; at most ``k`` for cyclic, ``2k`` otherwise); ``ablate``
+        starts with ``k`` masks and adds ``k/2`` (at most ``4k``); ``mixed`` starts with ``2k``
+        and adds ``k`` (at most ``6k``); ``loo`` is complete after its one round of ``k + 1``.
+        Outcomes of earlier rounds are reused, except ``consensus``, whose target answer depends
+        on every intervention: it is recomputed over all interventions each round.
     outcome
-        ``"consensus"`` (label-free, default), ``"gold"`` (needs answers), ``"confidence"``, or a
+        ``"consensus"`` (label-free, default), ``"gold"`` (needs answers), ``"confidence"``, any
+        other name in :data:`ragkit.debias.outcomes.OUTCOMES` (e.g. ``"full_answer"``), or a
         callable ``f(generator, questions, passages, orderings, answers) -> list[OutcomeResult]``.
     lam
-        Relative ridge strength toward the retriever prior (0: plain least squares).
+        Relative ridge strength (permutation designs: toward the retriever prior; ``ablate`` with
+        ``surrogate="ridge"``: toward 0).
     profile
-        Position-bias profile. Default: the recency-heavy label-free profile
-        :meth:`PositionProfile.recency` (0.3 on the last slot, the rest spread evenly; measured
-        shape of the embedded SmolLM2 with the short template, methods spec section 5). A profile
-        for another ``k`` is resized by interpolation.
+        Position-bias profile used by the permutation designs and the placement. ``None``: the
+        model's own, :meth:`PositionProfile.for_generator` (cached calibration; the recency
+        profile for the embedded SmolLM2; else calibrated when ``calibrate_profile`` or flat
+        with a warning). A profile for another ``k`` is resized by interpolation.
+    calibrate_profile
+        With ``profile=None`` and no cached profile: calibrate on the bundled sample (a bounded,
+        one-time cost, cached) instead of falling back to the flat profile.
     placement
         ``"bias_aware"`` or ``"ranked"``.
     head
         For ``design="prior"``: rotate only the top-``head`` passages.
     seed
-        Seed of the random design.
+        Seed of the random designs (``random``, ``ablate``, ``mixed``).
     max_new_tokens
         Length of the per-ordering and final answers.
     max_tied
         ``consensus`` only: at most this many tied majority answers are scored under every
         ordering to break the tie (cost ``M`` sequences each; 1 = keep the first seen).
+    surrogate
+        ``ablate``: ``"lasso"`` (ContextCite, strength ``alpha``) or ``"ridge"``.
+    alpha
+        Lasso strength of the ``ablate`` surrogate (ContextCite's 0.01 on standardised masks).
+    transform
+        ``ablate``: ``"logit"`` (outcomes are log-probabilities; ContextCite) or ``"none"``.
+    blend
+        Weight ``β`` of the retriever order in ``(1 − β) z(u) + β z(prior)`` (0: utilities only).
+    fallback
+        Keep the retriever order for a query whose interventions do not separate the passages
+        (:func:`ragkit.debias.estimators.separates` with ``fallback_alpha`` and ``min_spread``).
+    fallback_alpha
+        Level of the F-test.
+    min_spread
+        Saturated designs: smallest outcome range (nats) that counts as the outcome moving.
+    stable_top
+        ``budget="auto"``: the number ``m`` of top passages that must be unchanged for a round.
     """
 
     def __init__(
         self,
         generator: Any,
         design: str = "cyclic",
-        budget: int | None = None,
+        budget: int | str | None = None,
         outcome: str | OutcomeFn = "consensus",
         lam: float = 0.1,
         profile: PositionProfile | None = None,
@@ -148,6 +232,15 @@ class MoI:
         seed: int = 0,
         max_new_tokens: int = 16,
         max_tied: int = 3,
+        surrogate: str = "lasso",
+        alpha: float = 0.01,
+        transform: str = "logit",
+        blend: float = 0.0,
+        fallback: bool = True,
+        fallback_alpha: float = 0.05,
+        min_spread: float = 1e-2,
+        stable_top: int = 2,
+        calibrate_profile: bool = False,
     ) -> None:
         if design not in DESIGNS:
             raise ValueError(f"unknown design {design!r}; choose one of {DESIGNS}")
@@ -155,10 +248,21 @@ class MoI:
             raise ValueError(f"unknown outcome {outcome!r}; choose one of {OUTCOMES} or pass a callable")
         if placement not in PLACEMENTS:
             raise ValueError(f"unknown placement {placement!r}; choose one of {PLACEMENTS}")
-        if budget is not None and budget < 1:
+        if isinstance(budget, str):
+            if budget != "auto":
+                raise ValueError(f"budget must be an integer >= 1, None or 'auto', got {budget!r}")
+        elif budget is not None and budget < 1:
             raise ValueError(f"budget (number of orderings) must be >= 1, got {budget}")
         if lam < 0:
             raise ValueError(f"lam must be >= 0, got {lam}")
+        if surrogate not in ("lasso", "ridge"):
+            raise ValueError(f"unknown surrogate {surrogate!r}; choose 'lasso' or 'ridge'")
+        if transform not in ("logit", "none"):
+            raise ValueError(f"unknown transform {transform!r}; choose 'logit' or 'none'")
+        if not 0.0 <= blend <= 1.0:
+            raise ValueError(f"blend (the retriever order's weight) must be in [0, 1], got {blend}")
+        if stable_top < 1:
+            raise ValueError(f"stable_top must be >= 1, got {stable_top}")
         if generator is None and not callable(outcome):
             raise ValueError("MoI needs a generator for its built-in outcomes; pass a ragkit.generation.Generator")
         self.generator = generator
@@ -172,6 +276,16 @@ class MoI:
         self.seed = seed
         self.max_new_tokens = max_new_tokens
         self.max_tied = max_tied
+        self.surrogate = surrogate
+        self.alpha = float(alpha)
+        self.transform = transform
+        self.blend = float(blend)
+        self.fallback = bool(fallback)
+        self.fallback_alpha = float(fallback_alpha)
+        self.min_spread = float(min_spread)
+        self.stable_top = int(stable_top)
+        self.calibrate_profile = bool(calibrate_profile)
+        self._profiles: dict[int, PositionProfile] = {}
 
     def _outcome_kwargs(self) -> dict[str, Any]:
         if callable(self.outcome) or self.outcome == "gold":
@@ -181,14 +295,71 @@ class MoI:
         return {"max_new_tokens": self.max_new_tokens}
 
     def profile_for(self, k: int) -> PositionProfile:
-        """The profile used for ``k`` passages."""
-        if self.profile is None:
-            return PositionProfile.recency(k)
-        return self.profile.resized(k)
+        """The profile used for ``k`` passages (given, or the model's own; memoised per ``k``)."""
+        if k not in self._profiles:
+            if self.profile is not None:
+                self._profiles[k] = self.profile.resized(k)
+            elif self.generator is None:
+                self._profiles[k] = PositionProfile.flat(k)
+            else:
+                self._profiles[k] = PositionProfile.for_generator(self.generator, k,
+                                                                  calibrate=self.calibrate_profile, seed=self.seed)
+        return self._profiles[k]
 
     def orderings_for(self, k: int, rng: np.random.Generator) -> list[list[int]]:
-        """The design's orderings for ``k`` passages."""
-        return make_design(self.design, k, self.budget, rng=rng, head=self.head)
+        """The design's interventions for ``k`` passages (fixed budget)."""
+        budget = None if self.budget == "auto" else self.budget
+        return make_design(self.design, k, budget, rng=rng, head=self.head)
+
+    def _rounds_for(self, k: int, rng: np.random.Generator) -> tuple[list[list[int]], int, int]:
+        """``budget="auto"``: (candidate interventions in the order they are added, first, step)."""
+        if self.design == "loo":
+            cands = make_design("loo", k)
+            return cands, len(cands), len(cands)
+        if self.design == "ablate":
+            return ablate(k, 4 * k, rng=rng), k, max(1, k // 2)
+        if self.design == "mixed":
+            return mixed(k, 6 * k, rng=rng), 2 * k, k
+        if self.design == "cyclic":
+            shifts = [0] + _shift_sequence(k)
+            cands = [[(j + s) % k for j in range(k)] for s in shifts]
+        elif self.design == "prior":
+            cands = prior(k, 2 * k, head=self.head)
+        else:
+            cands = random_design(k, 2 * k, rng)
+        return cands, min(3, len(cands)), 2
+
+    def _fit(self, orderings: list[list[int]], values: np.ndarray, prof: PositionProfile,
+             scores: Sequence[float] | None) -> UtilityFit:
+        k = prof.k
+        if self.design == "loo":
+            return loo_utilities(orderings, values, k)
+        if self.design == "ablate":
+            return surrogate_utilities(orderings, values, k, method=self.surrogate, alpha=self.alpha, lam=self.lam,
+                                       transform=self.transform)
+        if self.design == "mixed":
+            return mixed_utilities(orderings, values, k, weights=prof.weights)
+        return permutation_fit(orderings, values, prof.weights, lam=self.lam, scores=scores)
+
+    def _rank(self, orderings: list[list[int]], values: np.ndarray, prof: PositionProfile,
+              scores: Sequence[float] | None) -> tuple[np.ndarray, bool, dict[str, float], UtilityFit]:
+        """Utilities after the separation test (fallback) and the blend with the retriever order."""
+        fit = self._fit(orderings, values, prof, scores)
+        ok, stats = separates(fit, alpha=self.fallback_alpha, min_spread=self.min_spread)
+        if self.fallback and not ok:
+            return retriever_prior(prof.k, scores), True, stats, fit
+        return blend_with_retriever(fit.utilities, self.blend, scores), False, stats, fit
+
+    def _outcomes(self, qs: list[str], ps: list[list[Passage]], idx: list[int], orderings: dict[int, list[list[int]]],
+                  answers_list: Sequence[Sequence[str]] | None) -> dict[int, OutcomeResult]:
+        if not idx:
+            return {}
+        res = compute_outcomes(
+            self.outcome, self.generator, [qs[i] for i in idx], [ps[i] for i in idx], [orderings[i] for i in idx],
+            None if answers_list is None else [list(answers_list[i] or []) for i in idx],
+            **self._outcome_kwargs(),
+        )
+        return dict(zip(idx, res))
 
     def run(self, question: str, passages: Sequence[Passage | str], scores: Sequence[float] | None = None,
             answers: Sequence[str] | None = None, generate_answer: bool = True) -> MoIResult:
@@ -213,7 +384,7 @@ class MoI:
         passages_list
             Per query, the candidate passages in retriever order (k >= 1).
         scores_list
-            Per query, optional retriever scores (the ridge prior).
+            Per query, optional retriever scores (the ridge prior and the blend's prior).
         answers_list
             Per query, reference answers (required by ``outcome="gold"``).
         generate_answer
@@ -236,36 +407,42 @@ class MoI:
             if scores_list is not None and scores_list[i] is not None and len(scores_list[i]) != len(p):
                 raise ValueError(f"query {i}: {len(p)} passages but {len(scores_list[i])} scores")
         rng = np.random.default_rng(self.seed)
-        orderings = [self.orderings_for(len(p), rng) if len(p) > 1 else [[0]] for p in ps]
         # k = 1 needs no intervention: only queries with >= 2 passages go through the model
         active = [i for i, p in enumerate(ps) if len(p) > 1]
-        outs: dict[int, Any] = {}
-        if active:
-            res = compute_outcomes(
-                self.outcome, self.generator, [qs[i] for i in active], [ps[i] for i in active],
-                [orderings[i] for i in active],
-                None if answers_list is None else [list(answers_list[i] or []) for i in active],
-                **self._outcome_kwargs(),
-            )
-            outs = dict(zip(active, res))
+        profs = [self.profile_for(len(p)) for p in ps]
+        scs = [None if scores_list is None else scores_list[i] for i in range(n)]
+        orderings: dict[int, list[list[int]]] = {i: [[0]] for i in range(n) if i not in active}
+        outs: dict[int, OutcomeResult] = {}
+        ranked: dict[int, tuple[np.ndarray, bool, dict[str, float], UtilityFit]] = {}
+        rounds = dict.fromkeys(range(n), 1)
+        if self.budget != "auto":
+            for i in active:
+                orderings[i] = self.orderings_for(len(ps[i]), rng)
+            outs = self._outcomes(qs, ps, active, orderings, answers_list)
+            for i in active:
+                ranked[i] = self._rank(orderings[i], np.asarray(outs[i].values, dtype=np.float64), profs[i], scs[i])
+        else:
+            self._run_adaptive(qs, ps, active, profs, scs, answers_list, rng, orderings, outs, ranked, rounds)
         results: list[MoIResult] = []
         for i, p in enumerate(ps):
             k = len(p)
-            prof = self.profile_for(k)
-            sc = None if scores_list is None else scores_list[i]
-            if i in outs:
+            prof = profs[i]
+            if i in ranked:
                 o = outs[i]
-                u = ridge_utilities(orderings[i], o.values, prof.weights, lam=self.lam, scores=sc)
+                u, fell_back, stats, fit = ranked[i]
                 vals, ans, tgt, calls = np.asarray(o.values), o.answers, o.target, o.generator_calls
+                est_w = fit.weights
             else:
                 u, vals, ans, tgt, calls = np.zeros(1), np.zeros(1), [], None, 0
+                fell_back, stats, est_w = False, {}, None
             rank_idx = sorted(range(k), key=lambda j: (-float(u[j]), j))
-            ranking = RankedList.from_scores(p, u.tolist(), query=Query(text=qs[i]))
+            ranking = RankedList.from_scores(p, np.asarray(u).tolist(), query=Query(text=qs[i]))
             order = place(rank_idx, self.placement, prof.weights)
             results.append(MoIResult(ranking=ranking, order=order, utilities=np.asarray(u),
                                      orderings=orderings[i], outcomes=vals, ordering_answers=list(ans),
                                      target=tgt, weights=prof.weights, generator_calls=int(calls),
-                                     inputs=list(p)))
+                                     inputs=list(p), fallback=fell_back, fit_stats=dict(stats),
+                                     rounds=rounds[i], estimated_weights=est_w))
         if generate_answer:
             finals = self.generator.answer(qs, [[p[j] for j in r.order] for p, r in zip(ps, results)],
                                            max_new_tokens=self.max_new_tokens)
@@ -273,3 +450,56 @@ class MoI:
                 r.answer = a
                 r.generator_calls += 1
         return results
+
+    def _run_adaptive(
+        self,
+        qs: list[str],
+        ps: list[list[Passage]],
+        active: list[int],
+        profs: list[PositionProfile],
+        scs: list[Sequence[float] | None],
+        answers_list: Sequence[Sequence[str]] | None,
+        rng: np.random.Generator,
+        orderings: dict[int, list[list[int]]],
+        outs: dict[int, OutcomeResult],
+        ranked: dict[int, tuple[np.ndarray, bool, dict[str, float], UtilityFit]],
+        rounds: dict[int, int],
+    ) -> None:
+        """``budget="auto"``: rounds of interventions until the top-``stable_top`` is stable (class docstring)."""
+        plan = {i: self._rounds_for(len(ps[i]), rng) for i in active}
+        used = {i: 0 for i in active}
+        tops: dict[int, list[int]] = {}
+        pending = list(active)
+        recompute = self.outcome == "consensus"
+        r = 0
+        while pending:
+            r += 1
+            new: dict[int, list[list[int]]] = {}
+            for i in pending:
+                cands, first, step = plan[i]
+                take = first if r == 1 else step
+                new[i] = cands[used[i]:used[i] + take]
+                used[i] += len(new[i])
+                orderings[i] = orderings.get(i, []) + new[i]
+            got = self._outcomes(qs, ps, pending, orderings if recompute else new, answers_list)
+            still: list[int] = []
+            for i in pending:
+                if recompute or i not in outs:
+                    prev_calls = outs[i].generator_calls if i in outs else 0
+                    outs[i] = got[i]
+                    outs[i].generator_calls += prev_calls
+                else:
+                    o = outs[i]
+                    outs[i] = OutcomeResult(values=np.concatenate([np.asarray(o.values), np.asarray(got[i].values)]),
+                                            answers=list(o.answers) + list(got[i].answers),
+                                            target=got[i].target if got[i].target is not None else o.target,
+                                            generator_calls=o.generator_calls + got[i].generator_calls)
+                ranked[i] = self._rank(orderings[i], np.asarray(outs[i].values, dtype=np.float64), profs[i], scs[i])
+                rounds[i] = r
+                u = ranked[i][0]
+                top = sorted(range(len(u)), key=lambda j: (-float(u[j]), j))[: self.stable_top]
+                stable = i in tops and tops[i] == top
+                tops[i] = top
+                if not stable and used[i] < len(plan[i][0]):
+                    still.append(i)
+            pending = still
