@@ -1,0 +1,98 @@
+"""``ragkit serve``: a reranker behind Cohere (``/v1/rerank``) and TEI (``/rerank``) endpoints."""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import logging
+import os
+from typing import Any
+
+__all__ = ["register", "build_reranker"]
+
+logger = logging.getLogger(__name__)
+
+
+def build_reranker(spec: str, model: str | None = None, device: str = "auto") -> Any:
+    """A reranker from a spec: ``moi``, ``student:DIR`` or ``cross-encoder:NAME``.
+
+    ``moi`` runs Mixture-of-Intervention on the generator ``model`` (a local model, or an
+    OpenAI-compatible server URL such as ``http://HOST:PORT/v1`` through
+    :func:`ragkit.generation.load_generator`).
+    """
+    kind, _, arg = spec.partition(":")
+    if kind not in ("moi", "student", "cross-encoder"):
+        raise ValueError(f"unknown --reranker {spec!r}; use moi, student:DIR or cross-encoder:NAME")
+    if kind != "moi" and not arg:
+        raise ValueError(f"--reranker {spec!r} names no model; write {kind}:PATH_OR_HUB_ID")
+    try:
+        from ragkit.debias import get_reranker  # the shared factory
+    except ImportError:
+        get_reranker = None
+    if kind == "moi":
+        from ragkit.generation.loading import load_generator
+
+        gen = load_generator(model, device=device)
+        if get_reranker is not None and "generator" in inspect.signature(get_reranker).parameters:
+            return get_reranker(spec, generator=gen)
+        from ragkit.debias.reranker import MoIReranker
+
+        return MoIReranker(gen)
+    if get_reranker is not None:
+        params = inspect.signature(get_reranker).parameters
+        return get_reranker(spec, device=device) if "device" in params else get_reranker(spec)
+    if kind == "student":  # pragma: no cover - before the factory lands
+        from ragkit.training.distill import DistilledReranker
+
+        return DistilledReranker.load(arg, device=device)
+    from ragkit.training.distill import DistilledReranker  # pragma: no cover
+
+    return DistilledReranker.from_pretrained(arg, device=device)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from ragkit.serve import ServeSettings, create_app, run
+
+    api_key = args.api_key or os.environ.get("RAGKIT_API_KEY") or None
+    settings = ServeSettings(max_batch_size=args.max_batch_size, max_wait_ms=args.max_wait_ms,
+                             max_queue=args.max_queue, max_documents=args.max_documents,
+                             max_chars=args.max_chars, api_key=api_key,
+                             model_name=args.reranker if args.reranker != "moi" else f"moi:{args.model or 'default'}")
+    if args.host not in ("127.0.0.1", "localhost", "::1") and api_key is None:
+        logger.warning("serving on %s without an API key; anyone who reaches the port can use it "
+                       "(set --api-key or RAGKIT_API_KEY)", args.host)
+    reranker = build_reranker(args.reranker, args.model, args.device)
+    app = create_app(reranker, settings)
+    print(f"ragkit serve: {settings.model_name} on http://{args.host}:{args.port} "
+          "(POST /v1/rerank, /v2/rerank, /rerank; GET /health, /metrics)", flush=True)
+    run(app, host=args.host, port=args.port, log_level=args.log_level)
+    return 0
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``serve`` command."""
+    p = subparsers.add_parser(
+        "serve", help="serve a reranker over HTTP (Cohere /v1/rerank, TEI /rerank, /health, /metrics)",
+        description="Serve a ragkit reranker over HTTP with Cohere- and TEI-compatible rerank endpoints; "
+                    "concurrent requests are micro-batched. Needs `pip install 'ragkit[serve]'`.")
+    p.add_argument("--reranker", default="moi",
+                   help="moi (MoI over --model), student:DIR (a distilled student) or cross-encoder:NAME "
+                        "(default: moi)")
+    p.add_argument("--model", default=None,
+                   help="generator for moi: local model / hub id / .gguf, or an OpenAI-compatible server URL "
+                        "http://HOST:PORT/v1 (default: embedded SmolLM2-135M-Instruct)")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--host", default="127.0.0.1", help="interface to bind (default: 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8080)
+    p.add_argument("--max-batch-size", type=int, default=32, help="most requests per reranker call (32)")
+    p.add_argument("--max-wait-ms", type=float, default=5.0,
+                   help="how long a request waits for batch-mates before its batch runs (5 ms)")
+    p.add_argument("--max-queue", type=int, default=256,
+                   help="most waiting requests; more get 503 + Retry-After (256)")
+    p.add_argument("--max-documents", type=int, default=1000, help="most documents per request (1000; more: 413)")
+    p.add_argument("--max-chars", type=int, default=20_000,
+                   help="most characters in the query and in each document (20000; more: 413, never truncated)")
+    p.add_argument("--api-key", default=None,
+                   help="require `Authorization: Bearer KEY` (default: $RAGKIT_API_KEY; unset: no auth)")
+    p.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"))
+    p.set_defaults(func=_serve)
