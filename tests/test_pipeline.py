@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from ragkit import BM25Retriever, Generator, MoI, Passage, RAGPipeline
+from ragkit import BM25Retriever, Generator, MoIReranker, Passage, RAGPipeline
+from ragkit.debias import SingleAnswerer
 
 CORPUS = [
     Passage("arthur", "Arthur's Magazine was an American literary periodical first published in 1844.",
@@ -23,7 +24,8 @@ def parts(tiny_lm_dir):
 
 def test_pipeline_with_moi_batches_questions(parts) -> None:
     retriever, gen = parts
-    rag = RAGPipeline(retriever, gen, MoI(gen, design="prior", budget=2), k=3, max_new_tokens=4)
+    rag = RAGPipeline(retriever, MoIReranker(gen, design="prior", budget=2), "bias_aware",
+                      SingleAnswerer(gen, max_new_tokens=4), k=3)
     qs = ["Which magazine was started first, Arthur's Magazine or First for Women?", "What is the capital of France?"]
     out = rag.ask_many(qs)
     assert [o.question for o in out] == qs
@@ -38,7 +40,7 @@ def test_pipeline_with_moi_batches_questions(parts) -> None:
 
 def test_pipeline_without_moi_equals_generator_answer(parts) -> None:
     retriever, gen = parts
-    rag = RAGPipeline(retriever, gen, None, k=2, max_new_tokens=4)
+    rag = RAGPipeline(retriever, None, "none", SingleAnswerer(gen, max_new_tokens=4), k=2)
     q = "What is the capital of France?"
     res = rag.ask(q)
     (hits,) = retriever.search([q], k=2)
@@ -49,9 +51,43 @@ def test_pipeline_without_moi_equals_generator_answer(parts) -> None:
 def test_pipeline_rejects_bad_input(parts) -> None:
     retriever, gen = parts
     with pytest.raises(ValueError, match="k must be"):
-        RAGPipeline(retriever, gen, k=0)
+        RAGPipeline(retriever, generator=gen, k=0)
     other = Generator.from_components(gen.model, gen.tokenizer)
     with pytest.raises(ValueError, match="different Generator"):
-        RAGPipeline(retriever, gen, MoI(other))
+        RAGPipeline(retriever, MoIReranker(other), "bias_aware", SingleAnswerer(gen))
     with pytest.raises(ValueError, match="empty"):
-        RAGPipeline(retriever, gen).ask("  ")
+        RAGPipeline(retriever, generator=gen).ask("  ")
+    with pytest.raises(ValueError, match="unknown placement"):
+        RAGPipeline(retriever, generator=gen, placement="middle")
+    with pytest.raises(ValueError, match="unknown reranker"):
+        RAGPipeline(retriever, "moi_typo", generator=gen)
+    with pytest.raises(ValueError, match="needs a position profile"):
+        RAGPipeline(retriever, None, "bias_aware", generator=gen)
+
+
+def test_pipeline_composes_any_reranker_placement_and_answerer(parts) -> None:
+    """A named reranker, both-ends placement and voting: the prompt order is the placed ranking."""
+    retriever, gen = parts
+    rag = RAGPipeline(retriever, "random", "both_ends", "voting", k=4, generator=gen, max_new_tokens=3)
+    q = "What is the capital of France?"
+    res = rag.ask(q)
+    (hits,) = retriever.search([q], k=4)
+    perm = rag.reranker.permutation(q, hits.passages())
+    assert res.ranking.ids() == [hits.passages()[i].id for i in perm]
+    best_first = res.ranking.ids()
+    assert [p.id for p in res.prompt_order] == [best_first[0], best_first[2], best_first[3], best_first[1]]
+    assert res.generator_calls == 4  # one answer per cyclic rotation, no reranking cost
+    assert rag.moi is None
+
+
+def test_pipeline_async_and_default_kwargs(parts) -> None:
+    import asyncio
+
+    retriever, gen = parts
+    rag = RAGPipeline(retriever, MoIReranker(gen, design="prior", budget=2, max_new_tokens=2), "bias_aware",
+                      SingleAnswerer(gen, max_new_tokens=3), k=3)
+    q = "Which magazine was started first, Arthur's Magazine or First for Women?"
+    a, b = rag.ask(q), asyncio.run(rag.aask(q))
+    assert a.to_dict() == b.to_dict() and rag.moi is rag.reranker.moi
+    # the bias-aware prompt order is MoI's own placement of its ranking
+    assert [p.id for p in a.prompt_order] == [p.id for p in rag.reranker.last_results[0].passages()]
