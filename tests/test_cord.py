@@ -3,25 +3,26 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
+from ragkit.training.checkpoint import CheckpointError, latest_checkpoint, resolve_resume
 from ragkit.training.cord import (
     CORDCollator,
-    CORDSettings,
+    CORDConfig,
     answer_logprobs,
     js_divergence,
     kl_divergence,
-    load_model_for_training,
+    load_model,
     make_trainer,
     pair_loss,
     token_ce,
     train_cord,
 )
-from ragkit.training.checkpoint import latest_checkpoint, resolve_resume
 from ragkit.training.data import CORDDataset, Example, examples_from_records
 from ragkit.types import Passage
 
@@ -116,6 +117,46 @@ def test_pair_loss_variants_and_errors() -> None:
         pair_loss(a, None, tgt, mask, loss="cord")
 
 
+def _one_token(*dists: list[float]) -> torch.Tensor:
+    """``(B=len(dists), T=1, V)`` log-probabilities from hand-written distributions."""
+    return torch.log(torch.tensor([[d] for d in dists], dtype=torch.float64))
+
+
+def test_cord_kl_direction_is_teacher_to_student_hand_computed() -> None:
+    """KL(teacher || student) = sum_v P_t(v) log(P_t(v) / P_s(v)), computed by hand on 3 tokens."""
+    tgt = torch.tensor([[0], [0]])
+    mask = torch.ones(2, 1, dtype=torch.bool)
+    p = [0.8, 0.15, 0.05]  # predicts y = token 0 well (lower CE: the teacher)
+    q = [0.3, 0.3, 0.4]  # worse on y (the student)
+    lo, lp = _one_token(p, q), _one_token(q, p)  # example 0: original is the teacher; example 1: perturbed is
+    out = pair_loss(lo, lp, tgt, mask, loss="cord", lam=0.5)
+    assert out.teacher_is_original.tolist() == [True, False]
+    kl_pq = 0.8 * math.log(0.8 / 0.3) + 0.15 * math.log(0.15 / 0.3) + 0.05 * math.log(0.05 / 0.4)  # 0.5767
+    kl_qp = 0.3 * math.log(0.3 / 0.8) + 0.3 * math.log(0.3 / 0.15) + 0.4 * math.log(0.4 / 0.05)  # 0.7455
+    assert abs(kl_pq - kl_qp) > 0.1  # the two directions differ clearly on this example
+    # both examples: teacher = p (lower CE), student = q -> KL(p || q), never KL(q || p)
+    np.testing.assert_allclose(out.reg.numpy(), [kl_pq, kl_pq], rtol=1e-9)
+    np.testing.assert_allclose(out.ce_original.numpy(), [-math.log(0.8), -math.log(0.3)], rtol=1e-9)
+    want = np.mean([-math.log(0.8) + 0.5 * kl_pq, -math.log(0.3) + 0.5 * kl_pq])
+    assert float(out.loss) == pytest.approx(want, rel=1e-9)
+    # ce_on="both" averages both orderings' CE: (-log .8 - log .3) / 2 for each example
+    both = pair_loss(lo, lp, tgt, mask, loss="cord", lam=0.5, ce_on="both")
+    assert float(both.loss) == pytest.approx(0.5 * (-math.log(0.8) - math.log(0.3)) + 0.5 * kl_pq, rel=1e-9)
+
+
+def test_consistency_js_hand_computed() -> None:
+    tgt = torch.tensor([[0]])
+    mask = torch.ones(1, 1, dtype=torch.bool)
+    p, q = [0.7, 0.2, 0.1], [0.4, 0.4, 0.2]
+    m = [(a + b) / 2 for a, b in zip(p, q)]
+    js = 0.5 * sum(a * math.log(a / c) for a, c in zip(p, m)) + 0.5 * sum(b * math.log(b / c) for b, c in zip(q, m))
+    out = pair_loss(_one_token(p), _one_token(q), tgt, mask, loss="consistency", lam=2.0)
+    assert float(out.reg[0]) == pytest.approx(js, rel=1e-9)
+    assert float(out.loss) == pytest.approx(-math.log(0.7) + 2.0 * js, rel=1e-9)
+    for name in ("shuffle", "score_aware"):  # CE on the perturbed ordering only
+        assert float(pair_loss(None, _one_token(q), tgt, mask, loss=name).loss) == pytest.approx(-math.log(0.4))
+
+
 # ------------------------------------------------------------------------------------- collator
 def test_collator_stacks_two_orderings_with_aligned_answers(tiny_lm_dir: Path, examples: list[Example]) -> None:
     from ragkit.generation import Generator
@@ -163,22 +204,79 @@ def test_single_ordering_losses_build_one_row_per_example(tiny_lm_dir: Path, exa
         CORDCollator(gen, loss="bad")
 
 
+def test_shuffle_is_uniform_and_score_aware_is_its_own_variant(tiny_lm_dir: Path) -> None:
+    """``shuffle`` = uniform permutation (alpha = 1) even when one passage dominates the scores;
+    ``score_aware`` keeps the mild score-aware perturbation."""
+    from scipy.stats import chisquare
+
+    from ragkit.generation import Generator
+    from ragkit.training.cord import perturbation_for
+    from ragkit.training.perturb import OrderPerturbation
+
+    gen = Generator(model=str(tiny_lm_dir), device="cpu", show_progress=False)
+    ps = tuple(Passage(id=f"p{j}", text=f"passage {j}") for j in range(4))
+    exs = [Example(id=f"q{i}", question="Who?", passages=ps, answer="Bob", scores=(10.0, 1.0, 0.9, 0.8))
+           for i in range(400)]
+    top_slot = {}
+    for loss in ("shuffle", "score_aware"):
+        coll = CORDCollator(gen, loss=loss, seed=0)
+        orders, alphas = coll.orders(exs)
+        counts = np.bincount([int(np.flatnonzero(o == 0)[0]) for o in orders], minlength=4)
+        top_slot[loss] = counts
+        if loss == "shuffle":
+            assert set(alphas) == {1.0}
+            assert chisquare(counts).pvalue > 1e-3, counts  # the dominant passage lands in every slot alike
+        else:
+            assert max(alphas) < 0.2  # alpha_max = 1 - tanh(margin / std) is small for a dominant passage
+    assert top_slot["score_aware"][0] > 350 and top_slot["shuffle"][0] < 150
+    assert perturbation_for("shuffle") == OrderPerturbation(alpha=1.0)
+    with pytest.raises(ValueError, match="uniform"):
+        CORDCollator(gen, loss="shuffle", perturbation=OrderPerturbation(gamma=1.0))
+    with pytest.raises(ValueError, match="score_aware"):
+        perturbation_for("shuffle", alpha=0.3)
+
+
+def test_trainer_loss_reads_the_right_rows(tiny_lm_dir: Path, examples: list[Example], tmp_path: Path) -> None:
+    """compute_loss's CE of each ordering equals the Generator's own teacher-forced CE of that
+    ordering's prompts (rows 0..B-1 = retriever order, B..2B-1 = perturbed)."""
+    from ragkit.generation import Generator
+
+    cfg = _config(tmp_path / "rows", tiny_lm_dir, loss="cord", alpha=1.0, lam=0.7)
+    m, tok, _ = load_model(cfg)
+    tr = make_trainer(m, tok, examples[:3], cfg)
+    coll = tr.data_collator
+    batch = coll(examples[:3])
+    m.eval()
+    with torch.no_grad():
+        loss, parts = tr.compute_loss(m, batch, return_outputs=True)
+    parts = parts["parts"]
+    gen = Generator.from_components(m, tok, template=cfg.template, passage_max_tokens=12, show_progress=False)
+    orders, _ = coll.orders(examples[:3])
+    orig = [gen.build_prompt(e.question, list(e.passages)) for e in examples[:3]]
+    pert = [gen.build_prompt(e.question, [e.passages[i] for i in o]) for e, o in zip(examples[:3], orders)]
+    for prompts, got in ((orig, parts.ce_original), (pert, parts.ce_perturbed)):
+        res = gen.score(prompts, [e.answer for e in examples[:3]])
+        ce = -res.mean
+        np.testing.assert_allclose(got.numpy(), ce, rtol=1e-4, atol=1e-4)
+    assert float(loss) == pytest.approx(float((parts.ce_original + 0.7 * parts.reg).mean()), rel=1e-6)
+
+
 # ------------------------------------------------------------------------------------- training
-def _settings(**kw) -> CORDSettings:
-    base = dict(loss="cord", max_steps=6, save_steps=3, logging_steps=1, lr=5e-3, batch_size=2,
-                passage_max_tokens=12, seed=0)
+def _config(out: Path, model: Path | None = None, **kw) -> CORDConfig:
+    base = dict(loss="cord", max_steps=6, save_steps=3, logging_steps=1, learning_rate=5e-3,
+                per_device_train_batch_size=2, passage_max_tokens=12, seed=0)
     base.update(kw)
-    return CORDSettings(**base)
+    return CORDConfig(output_dir=str(out), model=None if model is None else str(model), **base)
 
 
 def test_loss_decreases_over_20_steps(tiny_lm_dir: Path, examples: list[Example], tmp_path: Path) -> None:
-    st = _settings(max_steps=20, save_steps=100, lr=1e-2, logging_steps=5)
-    summary = train_cord(examples[:4], str(tiny_lm_dir), tmp_path / "run", st)
+    cfg = _config(tmp_path / "run", tiny_lm_dir, max_steps=20, save_steps=100, learning_rate=1e-2, logging_steps=5)
+    summary = train_cord(examples[:4], cfg)
     losses = [h["loss"] for h in summary["log_history"] if "loss" in h]
     assert len(losses) == 4 and losses[-1] < 0.7 * losses[0], losses
     assert "reg" in summary["log_history"][0] and "teacher_is_original" in summary["log_history"][0]
-    assert (tmp_path / "run" / "model.safetensors").exists()
-    assert not list((tmp_path / "run").glob("*.bin"))
+    assert (tmp_path / "run" / "final" / "model.safetensors").exists()
+    assert not list((tmp_path / "run" / "final").glob("*.bin")) and not list((tmp_path / "run").glob("*.bin"))
 
 
 def _weights(model) -> dict[str, torch.Tensor]:
@@ -188,11 +286,10 @@ def _weights(model) -> dict[str, torch.Tensor]:
 def test_stop_and_resume_gives_the_same_weights(tiny_lm_dir: Path, examples: list[Example], tmp_path: Path) -> None:
     from transformers import TrainerCallback
 
-    st = _settings(max_steps=6, save_steps=3, loss="cord")
     full_dir, half_dir = tmp_path / "full", tmp_path / "half"
-    m, tok = load_model_for_training(str(tiny_lm_dir), st)
+    m, tok, _ = load_model(_config(full_dir, tiny_lm_dir))
     init = _weights(m)
-    tr = make_trainer(m, tok, examples, full_dir, st)
+    tr = make_trainer(m, tok, examples, _config(full_dir, tiny_lm_dir))
     tr.train()
     full = _weights(tr.model)
     assert any(not torch.allclose(init[k], full[k]) for k in full)  # training moved the weights
@@ -202,15 +299,16 @@ def test_stop_and_resume_gives_the_same_weights(tiny_lm_dir: Path, examples: lis
             if state.global_step >= 3:
                 control.should_training_stop = True
 
-    m, tok = load_model_for_training(str(tiny_lm_dir), st)
-    tr = make_trainer(m, tok, examples, half_dir, st)
+    m, tok, _ = load_model(_config(half_dir, tiny_lm_dir))
+    tr = make_trainer(m, tok, examples, _config(half_dir, tiny_lm_dir))
     tr.add_callback(StopAt())
     tr.train()
     assert tr.state.global_step == 3
     ckpt = resolve_resume("last", half_dir)
     assert ckpt is not None and ckpt.endswith("checkpoint-3") and latest_checkpoint(half_dir) == ckpt
-    m, tok = load_model_for_training(str(tiny_lm_dir), st)
-    tr = make_trainer(m, tok, examples, half_dir, st)
+    assert json.loads((Path(ckpt) / "ragkit_settings.json").read_text())["loss"] == "cord"
+    m, tok, _ = load_model(_config(half_dir, tiny_lm_dir))
+    tr = make_trainer(m, tok, examples, _config(half_dir, tiny_lm_dir))
     tr.train(resume_from_checkpoint=ckpt)
     assert tr.state.global_step == 6
     resumed = _weights(tr.model)
@@ -220,31 +318,6 @@ def test_stop_and_resume_gives_the_same_weights(tiny_lm_dir: Path, examples: lis
     assert resolve_resume("last", tmp_path / "empty") is None
     with pytest.raises(FileNotFoundError):
         resolve_resume(str(tmp_path / "missing"), half_dir)
-
-
-def test_cli_lora_merged_model_loads_back(tiny_lm_dir: Path, hotpot_dev_records: list[dict], tmp_path: Path) -> None:
-    from ragkit.cli import main
-    from ragkit.generation import Generator
-
-    data = tmp_path / "train.jsonl"
-    data.write_text("".join(json.dumps(r) + "\n" for r in hotpot_dev_records[:4]), encoding="utf-8")
-    out = tmp_path / "cord-lora"
-    rc = main(["--quiet", "train", "cord", "--data-file", str(data), "--model", str(tiny_lm_dir), "--loss", "cord",
-               "--lora", "--lora-r", "4", "--output-dir", str(out), "--max-steps", "2", "--save-steps", "1",
-               "--passage-max-tokens", "8", "--batch-size", "1", "--json", str(tmp_path / "s.json")])
-    assert rc == 0
-    summary = json.loads((tmp_path / "s.json").read_text())
-    assert summary["global_step"] == 2 and summary["settings"]["lora"] is True
-    assert (out / "checkpoint-2" / "adapter_model.safetensors").exists()
-    assert not (out / "adapter_config.json").exists()  # merged: a plain HF folder
-    gen = Generator(model=str(out), device="cpu", show_progress=False)
-    res = gen.score([gen.build_prompt("Who?", ["Arthur's Magazine"])], ["Arthur"])
-    assert np.isfinite(res.sum).all()
-    # resume with nothing left to do keeps the step count
-    rc = main(["--quiet", "train", "cord", "--data-file", str(data), "--model", str(tiny_lm_dir), "--lora",
-               "--lora-r", "4", "--output-dir", str(out), "--max-steps", "2", "--resume",
-               "--passage-max-tokens", "8", "--batch-size", "1", "--json", str(tmp_path / "s2.json")])
-    assert rc == 0 and json.loads((tmp_path / "s2.json").read_text())["resumed_from"].endswith("checkpoint-2")
 
 
 def test_examples_from_hotpotqa_are_bm25_ranked(hotpot_dev_records: list[dict]) -> None:

@@ -10,14 +10,16 @@ import pytest
 
 from ragkit.datasets import sample_records
 from ragkit.paraphrase import RuleParaphraser, build_paraphrase_sets
+from ragkit.text import extract_answer
 from ragkit.training.psgrpo import (
+    GRPO_OPTIONS,
     ParaphraseSetReward,
     ParaphraseSetSampler,
-    PSGRPOSettings,
-    clean_completion,
-    make_grpo_config,
+    PSGRPOConfig,
     select_passages,
 )
+
+STOPS = ("\n", "Question:", "Passages:")
 
 
 def _chunks(seq: list[int], size: int) -> list[list[int]]:
@@ -69,32 +71,57 @@ def test_reward_keyed_on_set_id() -> None:
     assert rw.last["consistency"] == pytest.approx(np.mean(r))
 
 
-def test_clean_completion_and_select_passages() -> None:
-    assert clean_completion("  Answer: \"Paris\" \nQuestion: x") == "Paris"
-    assert clean_completion("Paris Question: next") == "Paris"
+def test_extract_answer_and_select_passages() -> None:
+    assert extract_answer("  Answer: \"Paris\" \nQuestion: x", STOPS) == "Paris"
+    assert extract_answer("Paris Question: next", STOPS) == "Paris"
     rec = sample_records(1)[0]
     ps = select_passages(rec, 3)
     assert len(ps) == 3 and set(rec.gold_ids) <= {p.id for p in ps}
     assert [p.id for p in ps] == [p.id for p in rec.passages if p.id in {q.id for q in ps}]
 
 
-def test_settings_validation() -> None:
-    with pytest.raises(ValueError, match="g >= 2"):
-        PSGRPOSettings(g=1).validate()
-    with pytest.raises(ValueError, match="n >= 2"):
-        PSGRPOSettings(n=1).validate()
+def test_settings_validation(tmp_path) -> None:
+    with pytest.raises(ValueError, match="num_generations >= 2"):
+        PSGRPOConfig(output_dir=str(tmp_path), num_generations=1)
+    with pytest.raises(ValueError, match="paraphrases must be >= 2"):
+        PSGRPOConfig(output_dir=str(tmp_path), paraphrases=1)
+    with pytest.raises(ValueError, match="contradicts"):
+        PSGRPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=5)
+    with pytest.raises(ValueError, match="output_dir is required"):
+        PSGRPOConfig()
 
 
 def test_grpo_config_is_explicit(tmp_path) -> None:
-    """The settings reach TRL's config; gradient checkpointing follows the device unless set."""
-    import torch
+    """Every GRPO option PS-GRPO relies on is set in the built config (not left to TRL's defaults);
+    gradient checkpointing follows the device unless set."""
+    import dataclasses
 
-    cfg = make_grpo_config(tmp_path, PSGRPOSettings(n=3, g=2, beta=0.1, epsilon=0.3, max_steps=7))
+    import torch
+    from trl import GRPOConfig
+
+    import ragkit.training.psgrpo as psgrpo
+
+    cfg = PSGRPOConfig(output_dir=str(tmp_path), paraphrases=3, num_generations=2, beta=0.1, epsilon=0.3,
+                       max_steps=7)
     assert (cfg.per_device_train_batch_size, cfg.num_generations, cfg.max_steps) == (6, 2, 7)
     assert (cfg.beta, cfg.epsilon, cfg.epsilon_high) == (0.1, 0.3, 0.3)
+    assert cfg.steps_per_generation == cfg.gradient_accumulation_steps == 1
+    assert cfg.generation_batch_size == 6
     assert cfg.gradient_checkpointing is torch.cuda.is_available()  # default: on with CUDA only
-    forced = PSGRPOSettings(gradient_checkpointing=not torch.cuda.is_available())
-    assert make_grpo_config(tmp_path, forced).gradient_checkpointing is (not torch.cuda.is_available())
+    forced = PSGRPOConfig(output_dir=str(tmp_path), gradient_checkpointing=not torch.cuda.is_available())
+    assert forced.gradient_checkpointing is (not torch.cuda.is_available())
+    # the documented objective: plain k3 KL (no importance-ratio factor), per-sequence token mean, group scaling
+    assert cfg.use_bias_correction_kl is False
+    assert (cfg.loss_type, cfg.scale_rewards, cfg.importance_sampling_level) == ("grpo", "group", "token")
+    for name, want in GRPO_OPTIONS.items():
+        assert getattr(cfg, name) == want, name
+    # each of them differs from, or is at least pinned against, TRL's own default
+    trl_default = {f.name: f.default for f in dataclasses.fields(GRPOConfig)}
+    assert trl_default["use_bias_correction_kl"] is True and trl_default["loss_type"] != "grpo"
+    defaults = PSGRPOConfig(output_dir=str(tmp_path))
+    assert (defaults.beta, defaults.num_generations, defaults.epsilon, defaults.max_completion_length,
+            defaults.learning_rate, defaults.bf16) == (0.04, 4, 0.2, 16, 1e-6, False)
+    assert "use_bias_correction_kl=False" in psgrpo.__doc__ and "k3" in psgrpo.__doc__
 
 
 def test_tiny_model_trains_end_to_end(tiny_lm_dir, tmp_path) -> None:
@@ -106,10 +133,11 @@ def test_tiny_model_trains_end_to_end(tiny_lm_dir, tmp_path) -> None:
         return np.array([len(set(h) & set(r)) / max(len(set(h) | set(r)), 1) for h, r in zip(hyps, refs)])
 
     sets = build_paraphrase_sets(sample_records(3), RuleParaphraser(seed=0), n=1)
-    st = PSGRPOSettings(n=2, g=2, max_steps=2, beta=0.1, epsilon=0.2, kappa=3, max_completion_length=6,
-                        learning_rate=1e-2, save_steps=1000, reward=char_jaccard, gold_weight=0.0)
     out = tmp_path / "run"
-    summary = train_psgrpo([s for s in sets], str(tiny_lm_dir), out, st, passage_max_tokens=8)
+    cfg = PSGRPOConfig(output_dir=str(out), model=str(tiny_lm_dir), paraphrases=2, num_generations=2, max_steps=2,
+                       beta=0.1, epsilon=0.2, kappa=3, max_completion_length=6, learning_rate=1e-2, save_steps=1000,
+                       gold_weight=0.0, passage_max_tokens=8)
+    summary = train_psgrpo([s for s in sets], cfg, similarity=char_jaccard)
     assert summary["steps"] == 2
     assert (out / "final" / "model.safetensors").exists()
     saved = json.loads((out / "psgrpo_summary.json").read_text())
@@ -122,6 +150,62 @@ def test_tiny_model_trains_end_to_end(tiny_lm_dir, tmp_path) -> None:
     a = load_file(str(tiny_lm_dir / "model.safetensors"))
     b = load_file(str(out / "final" / "model.safetensors"))
     assert any(not np.allclose(a[k], b[k]) for k in a if k in b)
+    # the final model stops at its own EOS again (training added the newline tokens)
+    from transformers import GenerationConfig
+
+    assert GenerationConfig.from_pretrained(out / "final").eos_token_id == \
+        GenerationConfig.from_pretrained(tiny_lm_dir).eos_token_id
+
+
+def _bos_tokenizer_model(tmp_path):
+    """A tiny Llama-style tokenizer that adds BOS (like Llama / Gemma / Mistral) with a chat template
+    that writes BOS itself, and a tiny random Llama model over its vocabulary (built offline)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    words = sorted({w for r in sample_records(3) for w in (r.question + " " + " ".join(
+        p.text for p in r.passages)).split()} | {"[user]", "[assistant]", "Answer", ":"})
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, **{w: i + 3 for i, w in enumerate(words)}}
+    tk = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tk.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tk.post_processor = processors.TemplateProcessing(single="<s> $A", pair="<s> $A <s> $B",
+                                                      special_tokens=[("<s>", 1)])
+    tok = PreTrainedTokenizerFast(tokenizer_object=tk, bos_token="<s>", eos_token="</s>", unk_token="<unk>",
+                                  pad_token="</s>")
+    tok.chat_template = ("{{ bos_token }}{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }}\n{% endfor %}"
+                         "{% if add_generation_prompt %}[assistant] {% endif %}")
+    import torch
+
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=len(vocab), hidden_size=16, intermediate_size=32,
+                                         num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2,
+                                         bos_token_id=1, eos_token_id=2, pad_token_id=2))
+    return tok, model
+
+
+def test_prompts_tokenise_like_evaluation_with_one_bos(tmp_path) -> None:
+    """Issue 14.4: chat prompts already start with BOS; TRL's tokenizer call would add a second one on
+    a BOS-adding tokenizer. Training must tokenise prompts exactly as evaluation (the Generator) does."""
+    from ragkit.generation import Generator
+    from ragkit.training.psgrpo import build_grpo_dataset, make_trainer
+
+    tok, model = _bos_tokenizer_model(tmp_path)
+    gen = Generator.from_components(model, tok, template="chat", passage_max_tokens=8, show_progress=False)
+    sets = build_paraphrase_sets(sample_records(2), RuleParaphraser(seed=0), n=1)
+    dataset = build_grpo_dataset(sets, gen)
+    prompts = list(dataset["prompt"][:4])
+    assert all(p.startswith("<s>") for p in prompts)
+    assert tok(text=prompts)["input_ids"][0][:2] == [1, 1]  # the double BOS TRL's plain call would give
+    cfg = PSGRPOConfig(output_dir=str(tmp_path / "run"), paraphrases=2, num_generations=2, beta=0.0, max_steps=1)
+    reward = ParaphraseSetReward(sim="f1", kappa=None, gold_weight=0.0)
+    trainer = make_trainer(model, tok, dataset, cfg, reward, generator=gen)
+    ids, _, _ = trainer._tokenize_prompts(prompts)
+    assert [list(x) for x in ids] == gen._encode_prompts(prompts)
+    for x in ids:
+        assert x[0] == tok.bos_token_id and x[1] != tok.bos_token_id
+    # without an explicit generator the trainer builds one around the policy: same ids
+    trainer2 = make_trainer(model, tok, dataset, cfg, reward)
+    assert [list(x) for x in trainer2._tokenize_prompts(prompts)[0]] == gen._encode_prompts(prompts)
 
 
 def test_cli_parses_and_rejects_bad_input(tmp_path) -> None:

@@ -1,27 +1,111 @@
-"""Checkpoint helpers shared by the training methods: find the latest checkpoint, save the final model.
+"""Run folders, checkpoints and resume for the trainers; the final model's atomic save.
 
 Our own files are safetensors / JSON only. ``transformers.Trainer`` checkpoints also hold its
 optimizer, scheduler and RNG state as torch files (``optimizer.pt``, ``scheduler.pt``,
 ``rng_state.pth``); the Trainer writes and reads those itself (``torch.load(weights_only=True)``).
+
+A training run folder (``output_dir``) is marked as a ragkit artifact of kind ``cord-run`` /
+``psgrpo-run``; ragkit refuses to train into a folder holding files it did not write. On start,
+temp folders left by killed saves of ragkit's own (``final.tmp-*``, ``final.old-*``,
+``.final-*``, ``*.json.*.tmp``) are removed. A resume (:func:`check_resume`) checks the
+checkpoint (damaged files are named) and refuses one trained with other settings.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
 import shutil
-import tempfile
+import struct
+import zipfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["latest_checkpoint", "resolve_resume", "save_final_model"]
+from transformers import TrainerCallback
+
+from ragkit.io import ARTIFACT_MARKER, artifact_kind, atomic_dir, check_writable_dir, write_json
+from ragkit.training.config import RESUME_MAY_CHANGE, settings_diff
+
+__all__ = [
+    "CheckpointError",
+    "ResumeState",
+    "SettingsCallback",
+    "check_checkpoint",
+    "check_resume",
+    "latest_checkpoint",
+    "prepare_run_dir",
+    "remove_stale_temps",
+    "resolve_resume",
+    "save_final_model",
+]
 
 logger = logging.getLogger(__name__)
 
 _CKPT = re.compile(r"^checkpoint-(\d+)$")
+SETTINGS_IN_CHECKPOINT = "ragkit_settings.json"
+_STALE_DIRS = ("final.tmp-*", "final.old-*", ".final-*")
+_STALE_FILES = ("*.json.*.tmp",)
+FINAL_KIND = "model"
+"""Artifact kind of a trained model folder (``output_dir/final``)."""
 
 
+class CheckpointError(ValueError):
+    """A checkpoint cannot be resumed: damaged, or trained with other settings (the message says which)."""
+
+
+# ------------------------------------------------------------------------------ run folder
+def remove_stale_temps(run_dir: str | os.PathLike[str]) -> list[str]:
+    """Delete temp folders/files that killed saves of ragkit left directly in ``run_dir``.
+
+    Only ragkit's own patterns are touched: ``final.tmp-*`` / ``final.old-*`` (an interrupted
+    :func:`ragkit.io.atomic_dir` of the final model), ``.final-*`` (older ragkit versions) and
+    ``*.json.*.tmp`` (an interrupted :func:`ragkit.io.atomic_write_text`). Returns their names.
+    """
+    d = Path(run_dir)
+    removed: list[str] = []
+    if not d.is_dir():
+        return removed
+    for pat in _STALE_DIRS:
+        for p in d.glob(pat):
+            if p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p, ignore_errors=True)
+                removed.append(p.name)
+    for pat in _STALE_FILES:
+        for p in d.glob(pat):
+            if p.is_file() or p.is_symlink():
+                p.unlink(missing_ok=True)
+                removed.append(p.name)
+    if removed:
+        logger.warning("removed %d stale temp file(s)/folder(s) of a killed save in %s: %s",
+                       len(removed), d, ", ".join(sorted(removed)))
+    return removed
+
+
+def prepare_run_dir(path: str | os.PathLike[str], kind: str, legacy_files: Sequence[str] = ()) -> Path:
+    """Make ``path`` a training run folder of ``kind``; clean stale temps; refuse a user's folder.
+
+    Accepted: a new or empty folder, a run folder of the same ``kind`` (its marker), or a run
+    written before the marker existed (one of ``legacy_files`` present); and ``path/final`` must
+    be writable as a model folder. Anything else raises ``FileExistsError``
+    (:func:`ragkit.io.check_writable_dir`), before any work.
+    """
+    d = Path(path)
+    legacy = d.is_dir() and artifact_kind(d) is None and any((d / f).is_file() for f in legacy_files)
+    if not legacy:
+        check_writable_dir(d, kind, overwrite=False)
+    check_writable_dir(d / "final", FINAL_KIND)  # the final model's folder too, before any training
+    d.mkdir(parents=True, exist_ok=True)
+    if artifact_kind(d) is None:
+        write_json(d / ARTIFACT_MARKER, {"kind": kind, "format": 1}, indent=None)
+    remove_stale_temps(d)
+    return d
+
+
+# ------------------------------------------------------------------------------ checkpoints
 def latest_checkpoint(output_dir: str | os.PathLike[str]) -> str | None:
     """The ``checkpoint-N`` folder with the largest ``N`` in ``output_dir`` that has a
     ``trainer_state.json`` (a complete checkpoint), or ``None``."""
@@ -57,17 +141,198 @@ def resolve_resume(resume: str | bool | None, output_dir: str | os.PathLike[str]
     return str(p)
 
 
-def save_final_model(model: Any, tokenizer: Any, output_dir: str | os.PathLike[str], merge_lora: bool = True) -> Path:
-    """Save a (possibly LoRA-wrapped) model + tokenizer as a normal Hugging Face folder.
+def _damaged(folder: Path, what: str) -> CheckpointError:
+    return CheckpointError(f"checkpoint {folder} is damaged: {what}. Delete that folder to resume from an earlier "
+                           "checkpoint, or start a new run in another output_dir")
 
-    With a ``peft`` model and ``merge_lora`` the adapter is merged into a copy-free unwrapped model
-    (``merge_and_unload``; the passed model is modified) and the full weights are saved, so that
-    ``Generator(model=output_dir)`` loads it; without ``merge_lora`` only the adapter is saved.
-    Files go to a temp folder first and are then moved into ``output_dir`` one by one with
-    ``os.replace`` (each file appears complete or not at all). Weights are safetensors.
+
+def _check_safetensors(f: Path, folder: Path) -> None:
+    """Header readable and the file as long as the header says (catches truncation)."""
+    size = f.stat().st_size
+    try:
+        with open(f, "rb") as fh:
+            head = fh.read(8)
+            if len(head) < 8:
+                raise ValueError("shorter than a safetensors header")
+            (n,) = struct.unpack("<Q", head)
+            if n > size - 8:
+                raise ValueError("header longer than the file")
+            header = json.loads(fh.read(n))
+    except (OSError, ValueError, UnicodeDecodeError) as e:
+        raise _damaged(folder, f"{f.name} is not a readable safetensors file ({e})") from e
+    if not isinstance(header, dict):
+        raise _damaged(folder, f"{f.name} has no tensor table")
+    end = max((int(v["data_offsets"][1]) for k, v in header.items()
+               if k != "__metadata__" and isinstance(v, dict) and "data_offsets" in v), default=0)
+    if 8 + n + end != size:
+        raise _damaged(folder, f"{f.name} holds {size} bytes, its header describes {8 + n + end} (truncated?)")
+
+
+def check_checkpoint(path: str | os.PathLike[str]) -> int:
+    """Check a ``checkpoint-N`` folder before a resume; return its ``global_step``.
+
+    Checked: ``trainer_state.json`` parses and has ``global_step``; model or adapter weights are
+    present and every safetensors file is complete; ``adapter_config.json`` parses; the
+    Trainer's torch state files are intact zip archives (CRC-checked, nothing unpickled).
+
+    Raises
+    ------
+    CheckpointError
+        Naming the folder and the damaged file.
     """
-    out = Path(output_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    d = Path(path)
+    if not d.is_dir():
+        raise CheckpointError(f"checkpoint {d} is not a folder")
+    state_file = d / "trainer_state.json"
+    try:
+        state = json.loads(state_file.read_text(encoding="utf-8"))
+        step = int(state["global_step"])
+    except FileNotFoundError as e:
+        raise _damaged(d, "trainer_state.json is missing") from e
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise _damaged(d, f"trainer_state.json is unreadable ({type(e).__name__}: {e})") from e
+    weights = sorted(d.glob("*.safetensors"))
+    index = d / "model.safetensors.index.json"
+    if index.is_file():
+        try:
+            shards = set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values())
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise _damaged(d, f"{index.name} is unreadable ({e})") from e
+        missing = sorted(s for s in shards if not (d / s).is_file())
+        if missing:
+            raise _damaged(d, f"weight shard(s) {', '.join(missing)} are missing")
+    if not weights:
+        raise _damaged(d, "it holds no model weights (model.safetensors or adapter_model.safetensors)")
+    for f in weights:
+        _check_safetensors(f, d)
+    adapter_cfg = d / "adapter_config.json"
+    if (d / "adapter_model.safetensors").is_file() or adapter_cfg.exists():
+        try:
+            json.loads(adapter_cfg.read_text(encoding="utf-8"))
+        except FileNotFoundError as e:
+            raise _damaged(d, "adapter_config.json is missing beside the adapter weights") from e
+        except (OSError, ValueError) as e:
+            raise _damaged(d, f"adapter_config.json is unreadable ({e})") from e
+    for f in sorted([*d.glob("*.pt"), *d.glob("*.pth")]):
+        try:
+            with zipfile.ZipFile(f) as z:
+                bad = z.testzip()
+        except (OSError, zipfile.BadZipFile) as e:
+            raise _damaged(d, f"{f.name} is not an intact torch archive ({e})") from e
+        if bad is not None:
+            raise _damaged(d, f"{f.name} has a corrupt member {bad!r}")
+    return step
+
+
+# ------------------------------------------------------------------------------ resume
+@dataclass(frozen=True)
+class ResumeState:
+    """Where a run starts: the checked checkpoint (``None``: fresh) and its step."""
+
+    checkpoint: str | None
+    step: int
+    run_dir: Path
+
+    def finished_summary(self, name: str, max_steps: int) -> dict[str, Any] | None:
+        """The saved summary when the checkpoint already reached ``max_steps`` and the run's
+        summary and ``final/`` model are there (resuming a finished run changes nothing)."""
+        if self.checkpoint is None or max_steps <= 0 or self.step < max_steps:
+            return None
+        p = self.run_dir / name
+        if not p.is_file() or not (self.run_dir / "final").is_dir():
+            return None
+        try:
+            summary = json.loads(p.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        steps = summary.get("global_step", summary.get("steps")) if isinstance(summary, dict) else None
+        return summary if steps == self.step else None
+
+    @staticmethod
+    def logged_train_loss(state: Any) -> float | None:
+        """Mean training loss over the whole run from the Trainer's log history.
+
+        Each logged ``loss`` is the mean over the steps since the previous log, so the run's
+        mean is ``Σ loss_i · (step_i − step_{i−1}) / step_last``; ``None`` without any log.
+        """
+        prev, total, steps = 0, 0.0, 0
+        for h in getattr(state, "log_history", None) or []:
+            if "loss" in h and "step" in h:
+                n = int(h["step"]) - prev
+                if n > 0:
+                    total += float(h["loss"]) * n
+                    steps += n
+                    prev = int(h["step"])
+        return total / steps if steps else None
+
+
+def check_resume(resume: str | bool | None, run_dir: str | os.PathLike[str], settings: Mapping[str, Any],
+                 settings_file: str, may_change: frozenset[str] = RESUME_MAY_CHANGE) -> ResumeState:
+    """Resolve ``resume``, check the checkpoint and refuse one trained with other settings.
+
+    The checkpoint's settings are read from its ``ragkit_settings.json`` (written at every save)
+    or, for checkpoints of older runs, from ``settings_file`` in its parent folder. Every setting
+    but those in ``may_change`` (paths of outputs, logging, ``max_steps``) must be equal.
+
+    Raises
+    ------
+    CheckpointError
+        The checkpoint is damaged, or its settings differ (each difference is named).
+    FileNotFoundError
+        ``resume`` names a folder that does not exist.
+    """
+    d = Path(run_dir)
+    ckpt = resolve_resume(resume, d)
+    if ckpt is None:
+        return ResumeState(None, 0, d)
+    step = check_checkpoint(ckpt)
+    saved: dict[str, Any] | None = None
+    for f in (Path(ckpt) / SETTINGS_IN_CHECKPOINT, Path(ckpt).parent / settings_file):
+        if f.is_file():
+            try:
+                saved = json.loads(f.read_text(encoding="utf-8"))
+            except (OSError, ValueError) as e:
+                raise _damaged(Path(ckpt), f"its settings file {f} is unreadable ({e})") from e
+            break
+    if saved is None:
+        logger.warning("checkpoint %s has no saved settings; cannot check that they match", ckpt)
+    else:
+        diff = settings_diff(saved, settings, may_change)
+        if diff:
+            parts = [f"{k}: {a!r} (checkpoint) vs {b!r} (now)" for k, (a, b) in diff.items()]
+            raise CheckpointError(
+                f"checkpoint {ckpt} was trained with other settings: {'; '.join(parts)}. Resume with the same "
+                "settings, or start a new run in another output_dir")
+    logger.info("resuming from %s (step %d)", ckpt, step)
+    return ResumeState(str(ckpt), step, d)
+
+
+class SettingsCallback(TrainerCallback):
+    """Writes the run's settings into every checkpoint (``ragkit_settings.json``) for :func:`check_resume`."""
+
+    def __init__(self, settings: Mapping[str, Any]) -> None:
+        self.settings = dict(settings)
+
+    def on_save(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+        if not state.is_world_process_zero:
+            return
+        ckpt = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+        if ckpt.is_dir():
+            write_json(ckpt / SETTINGS_IN_CHECKPOINT, self.settings)
+
+
+# ------------------------------------------------------------------------------ final model
+def save_final_model(model: Any, tokenizer: Any, path: str | os.PathLike[str], merge_lora: bool = True,
+                     kind: str = FINAL_KIND) -> Path:
+    """Save a (possibly LoRA-wrapped) model + tokenizer as a normal Hugging Face folder, atomically.
+
+    With a ``peft`` model and ``merge_lora`` the adapter is merged (``merge_and_unload``; the
+    passed model is modified) and the full weights are saved, so that ``Generator(model=path)``
+    loads it; without ``merge_lora`` only the adapter is saved. The KV cache flag and the EOS
+    ids that training changed are restored. The folder is written by
+    :func:`ragkit.io.atomic_dir` (a crash leaves the previous one intact; a folder of the user's
+    files is never replaced). Weights are safetensors.
+    """
     m = model
     if hasattr(m, "module") and not hasattr(m, "save_pretrained"):
         m = m.module
@@ -75,14 +340,14 @@ def save_final_model(model: Any, tokenizer: Any, output_dir: str | os.PathLike[s
         m = m.merge_and_unload()
     if getattr(getattr(m, "config", None), "use_cache", None) is False:
         m.config.use_cache = True  # training turned the KV cache off; inference wants it back
-    tmp = Path(tempfile.mkdtemp(prefix=".final-", dir=out))
-    try:
+    gen_cfg = getattr(m, "generation_config", None)
+    orig = getattr(gen_cfg, "ragkit_original_eos", None)
+    if gen_cfg is not None and orig is not None:
+        gen_cfg.eos_token_id = orig
+        del gen_cfg.ragkit_original_eos
+    with atomic_dir(path, kind=kind) as tmp:
         m.save_pretrained(tmp, safe_serialization=True)
         if tokenizer is not None:
             tokenizer.save_pretrained(tmp)
-        for f in tmp.iterdir():
-            os.replace(f, out / f.name)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    logger.info("saved final model to %s", out)
-    return out
+    logger.info("saved final model to %s", path)
+    return Path(path)

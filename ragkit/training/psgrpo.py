@@ -1,46 +1,53 @@
 """PS-GRPO: GRPO with group similarity rewards over paraphrase sets, on TRL's ``GRPOTrainer``.
 
 Hamman et al., "Improving Consistency in Retrieval-Augmented Systems with Group Similarity
-Rewards", NeurIPS 2025, arXiv 2510.04392.
+Rewards", NeurIPS 2025, arXiv 2510.04392. GRPO: Shao et al., "DeepSeekMath", arXiv 2402.03300.
 
-For every paraphrase set (``n`` wordings of one question, :mod:`ragkit.paraphrase`)
-the policy samples ``g`` answers per wording; a rollout's reward is its mean similarity to
-the rollouts of the *other* wordings (:mod:`ragkit.training.rewards`, exact or the unbiased
-``kappa``/``s`` approximation), plus ``w * F1(answer, gold)``. Advantages are normalised within
-each wording's ``g`` rollouts, and the policy is updated with the GRPO clipped surrogate plus a
-k3 KL penalty to the frozen reference::
+For every paraphrase set (``n`` wordings of one question, :mod:`ragkit.paraphrase`) the policy
+samples ``g`` answers per wording; a rollout's reward is its mean similarity to the rollouts of
+the *other* wordings (:mod:`ragkit.training.rewards`, exact or the unbiased ``kappa``/``s``
+approximation), plus ``w * F1(answer, gold)``. Advantages are normalised within each wording's
+``g`` rollouts, and the policy is updated with the GRPO clipped surrogate plus a KL penalty to
+the frozen reference::
 
     A_ij  = (r_ij - mean_j' r_ij') / (std_j' r_ij' + 1e-4)
-    L     = -1/|y| sum_t [ min(rho_t A_ij, clip(rho_t, 1-eps, 1+eps) A_ij)
-                           - beta (exp(d_t) - d_t - 1) ],   d_t = log pi_ref - log pi_theta,
+    L     = -1/|y| sum_t [ min(rho_t A_ij, clip(rho_t, 1-eps, 1+eps) A_ij) - beta * k3_t ]
     rho_t = pi_theta(y_t | ...) / pi_old(y_t | ...)
+    k3_t  = exp(d_t) - d_t - 1,   d_t = log pi_ref(y_t | ...) - log pi_theta(y_t | ...)
+
+The KL term is the plain k3 estimator of KL(pi_theta || pi_ref) (Schulman, "Approximating KL
+divergence", 2020): :class:`PSGRPOConfig` sets ``use_bias_correction_kl=False``. TRL 1.16's
+default (``True``) would multiply ``k3_t`` by ``rho_t`` (the DeepSeek-V3.2 bias-corrected KL),
+which is not the estimator the method specifies.
 
 How it maps onto TRL 1.16.0
 ---------------------------
+* Every knob is one field of :class:`PSGRPOConfig`, a ``trl.GRPOConfig``; every GRPO option the
+  method relies on is set there explicitly (loss ``grpo`` = per-sequence token mean, ``beta``,
+  ``epsilon`` = ``epsilon_high``, ``scale_rewards="group"``, token-level importance sampling,
+  no top-k / min-p / repetition penalty, ...), so a TRL release that changes a default does
+  not change ragkit's objective.
 * One dataset row per (set, wording): columns ``prompt`` (the Generator template with the
   wording and its passages), ``set_id``, ``member``, ``answers``. TRL passes the extra columns
   to reward functions as keyword lists aligned with the completions.
+* Prompts are tokenised by the Generator that evaluation uses (:class:`PSGRPOTrainer` overrides
+  ``_tokenize_prompts``): a chat-templated prompt already starts with BOS, and TRL's own
+  ``tokenizer(text=prompts)`` would add a second one on Llama / Gemma / Mistral tokenizers.
 * :class:`ParaphraseSetSampler` replaces TRL's ``RepeatSampler`` (``_get_train_sampler``): it
   shuffles *sets*, never rows, and yields each wording ``g`` times in a row, so every set's
   ``n * g`` rollouts are in the same generation batch (and, on several processes, on the same
   process: the per-process generation batch must be a multiple of ``n * g``).
 * TRL's advantage code groups ``num_generations = g`` consecutive rewards: exactly one wording's
   rollouts, i.e. "normalise within each paraphrase" (``scale_rewards="group"``).
-* ``loss_type="grpo"`` (per-sequence token mean), ``beta`` (k3 KL to the reference) and
-  ``epsilon`` are set explicitly in the :class:`~trl.GRPOConfig`; every other GRPO option we
-  rely on is set explicitly too (:func:`make_grpo_config`).
 * With ``beta > 0`` and no LoRA, TRL rebuilds the reference model from
   ``model.config._name_or_path``, so the policy is always loaded from a folder on disk (the
-  embedded SmolLM2's safetensors cache from ``ragkit.models.resolve_generator_path(None)``, a
-  hub id, or a checkpoint). With LoRA the reference is the base model with the adapter off.
+  embedded SmolLM2's safetensors cache, a hub id, or a checkpoint). With LoRA the reference is
+  the base model with the adapter off.
 
 GPU use (same code; vLLM for rollouts, accelerate/DeepSpeed for the update)::
 
-    # one GPU, vLLM colocated with training
-    ragkit train psgrpo --data-file train.jsonl --model HuggingFaceTB/SmolLM2-360M-Instruct \\
-        --paraphrases 4 --generations 4 --output-dir runs/psgrpo --max-steps 500 --use-vllm
-    # several GPUs (sets_per_batch * n * g must divide the per-process generation batch)
-    accelerate launch --num_processes 4 -m ragkit.cli train psgrpo ... --use-vllm --vllm-mode colocate
+    ragkit train psgrpo --config psgrpo.yaml --use_vllm
+    accelerate launch --num_processes 4 -m ragkit.cli train psgrpo --config psgrpo.yaml --use_vllm
 """
 
 from __future__ import annotations
@@ -48,18 +55,22 @@ from __future__ import annotations
 import logging
 import math
 import os
+import time
 from collections import defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
+import torch
 from torch.utils.data import Sampler
+from trl import GRPOConfig, GRPOTrainer
 
 from ragkit.paraphrase import ParaphraseSet
 from ragkit.similarity import get_similarity
 from ragkit.text import extract_answer
+from ragkit.training.config import apply_warmup_ratio, settings_dict
 from ragkit.training.rewards import (
     approx_group_similarity_rewards,
     gold_f1,
@@ -69,26 +80,23 @@ from ragkit.types import Passage, QARecord
 
 if TYPE_CHECKING:  # pragma: no cover
     from datasets import Dataset
-    from transformers import PreTrainedModel, PreTrainedTokenizerBase
-    from trl import GRPOConfig, GRPOTrainer
 
     from ragkit.generation import Generator
 
 logger = logging.getLogger(__name__)
 
 __all__ = [
-    "ParaphraseSetSampler",
+    "GRPO_OPTIONS",
+    "PSGRPOConfig",
+    "PSGRPOTrainer",
     "ParaphraseSetReward",
-    "PSGRPOSettings",
+    "ParaphraseSetSampler",
     "build_grpo_dataset",
-    "clean_completion",
-    "load_policy",
-    "newline_token_ids",
-    "make_grpo_config",
+    "build_training_sets",
+    "load_training_records",
     "make_trainer",
     "select_passages",
     "train_psgrpo",
-    "load_training_records",
 ]
 
 
@@ -205,8 +213,6 @@ class ParaphraseSetSampler(Sampler[int]):
 
     def __init__(self, set_rows: Sequence[Sequence[int]], g: int, sets_per_batch: int = 1,
                  repeat_count: int = 1, shuffle: bool = True, seed: int = 0) -> None:
-        import torch
-
         if not set_rows:
             raise ValueError("ParaphraseSetSampler needs at least one set")
         sizes = {len(r) for r in set_rows}
@@ -242,8 +248,6 @@ class ParaphraseSetSampler(Sampler[int]):
         return cls(groups, g, **kw)
 
     def __iter__(self) -> Iterator[int]:
-        import torch
-
         order = (torch.randperm(len(self.set_rows), generator=self.generator).tolist()
                  if self.shuffle else list(range(len(self.set_rows))))
         chunks = [order[i:i + self.sets_per_batch] for i in range(0, len(order), self.sets_per_batch)]
@@ -261,12 +265,6 @@ class ParaphraseSetSampler(Sampler[int]):
 
 
 # ----------------------------------------------------------------------------- reward
-def clean_completion(text: str, stops: Sequence[str] = ("\n", "Question:", "Passages:")) -> str:
-    """The answer inside a sampled completion, read exactly as evaluation reads it:
-    :func:`ragkit.text.extract_answer` with the template's stop strings."""
-    return extract_answer(text, stops)
-
-
 class ParaphraseSetReward:
     """TRL reward function: group similarity within each ``set_id`` (+ ``w`` gold F1).
 
@@ -316,7 +314,7 @@ class ParaphraseSetReward:
     def __call__(self, prompts: list[Any], completions: list[Any], set_id: list[str], member: list[int],
                  answers: list[list[str]] | None = None, **kwargs: Any) -> list[float]:
         texts = [c if isinstance(c, str) else c[-1]["content"] for c in completions]  # conversational too
-        ans = [clean_completion(t, self.stops) for t in texts]
+        ans = [extract_answer(t, self.stops) for t in texts]  # the one extractor, as evaluation reads answers
         rewards = np.zeros(len(ans))
         golds = answers if answers is not None else [[] for _ in ans]
         by_set: dict[str, dict[int, list[int]]] = defaultdict(lambda: defaultdict(list))
@@ -362,303 +360,384 @@ class ParaphraseSetReward:
         return rewards.tolist()
 
 
-# ----------------------------------------------------------------------------- model + config
-def newline_token_ids(tokenizer: PreTrainedTokenizerBase) -> list[int]:
-    """Ids of every vocabulary token whose text contains a newline (one batched decode).
+# ----------------------------------------------------------------------------- config
+GRPO_OPTIONS: dict[str, Any] = {
+    "loss_type": "grpo",  # per-sequence token mean, as in the GRPO paper
+    "scale_rewards": "group",  # advantage = (r - mean) / std within one wording's g rollouts
+    "use_bias_correction_kl": False,  # plain k3 KL (TRL's default multiplies it by the IS ratio)
+    "importance_sampling_level": "token",
+    "multi_objective_aggregation": "sum_then_normalize",
+    "reward_weights": [1.0],
+    "num_iterations": 1,
+    "delta": None,  # no two-sided clipping
+    "top_k": 0,
+    "min_p": None,
+    "repetition_penalty": 1.0,
+    "mask_truncated_completions": False,
+    "sync_ref_model": False,
+    "top_entropy_quantile": 1.0,
+    "entropy_coef": 0.0,
+    "use_adaptive_entropy": False,
+    "off_policy_mask_threshold": None,
+    "disable_dropout": True,  # the policy, the old policy and the reference see the same network
+    "shuffle_dataset": True,
+    "remove_unused_columns": False,  # set_id / member / answers reach the reward
+    "lr_scheduler_type": "constant",
+}
+"""GRPO options PS-GRPO depends on, as :class:`PSGRPOConfig` sets them by default (tested one by one)."""
 
-    Added to the policy's EOS ids so that rollouts end with the short answer's line, as
-    ``Generator.answer`` does at evaluation time.
-    """
-    ids = list(range(len(tokenizer)))
-    texts = tokenizer.batch_decode([[i] for i in ids], skip_special_tokens=False)
-    return [i for i, t in zip(ids, texts) if "\n" in t]
 
-
-def load_policy(model: str | None, device: str = "auto", dtype: str = "auto",
-                stop_at_newline: bool = True) -> tuple[PreTrainedModel, PreTrainedTokenizerBase, str]:
-    """Load the policy from a folder on disk (what TRL needs to rebuild the reference model).
-
-    ``model`` is resolved with ``ragkit.models.resolve_generator_path`` (``None``: the embedded
-    SmolLM2 safetensors cache). With ``stop_at_newline`` the newline tokens join the model's
-    ``generation_config.eos_token_id`` (the original is kept in
-    ``model.generation_config.ragkit_original_eos``).
-
-    Returns
-    -------
-    (model, tokenizer, path)
-    """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from ragkit.models import resolve_device, resolve_dtype, resolve_generator_path
-
-    path = resolve_generator_path(model)
-    dev = resolve_device(device)
-    tok = AutoTokenizer.from_pretrained(path)
-    if tok.pad_token is None:
-        tok.pad_token = tok.eos_token
-    m = AutoModelForCausalLM.from_pretrained(path, dtype=resolve_dtype(dtype, dev)).to(dev)
-    if stop_at_newline:
-        eos = m.generation_config.eos_token_id
-        eos_list = [] if eos is None else ([eos] if isinstance(eos, int) else list(eos))
-        if tok.eos_token_id is not None and tok.eos_token_id not in eos_list:
-            eos_list.insert(0, tok.eos_token_id)
-        m.generation_config.ragkit_original_eos = eos
-        m.generation_config.eos_token_id = eos_list + [i for i in newline_token_ids(tok) if i not in eos_list]
-    return m, tok, path
+def _help(text: str, **extra: Any) -> dict[str, Any]:
+    return {"help": text, **extra}
 
 
 @dataclass
-class PSGRPOSettings:
-    """Every knob of a PS-GRPO run (the CLI maps onto these one to one).
+class PSGRPOConfig(GRPOConfig):
+    """Every setting of a PS-GRPO run: the method's knobs plus all of ``trl.GRPOConfig``.
 
-    Defaults: n=4 wordings (original + 3 rewrites), g=4 rollouts, BLEU-2 similarity with the
-    kappa=3, s=1 approximation (exact when kappa >= n-1), gold weight 0.5, beta=0.04,
-    epsilon=0.2, temperature 1.0, 16 new tokens, lr 1e-6 (full) / 1e-4 (LoRA);
-    ``gradient_checkpointing=None`` turns it on with CUDA (memory) and off on CPU (speed: it
-    recomputes every layer's forward in the backward pass, and CPU RAM is rarely the limit).
+    The GRPO options the method relies on (:data:`GRPO_OPTIONS`) are given explicit defaults;
+    the batch geometry is derived: ``per_device_train_batch_size = sets_per_batch *
+    paraphrases * num_generations`` (one generation batch = whole paraphrase sets) and
+    ``steps_per_generation = gradient_accumulation_steps``. ``gradient_checkpointing`` defaults to
+    on with CUDA (memory) and off on CPU (speed); ``bf16`` defaults to off.
     """
 
-    n: int = 4
-    g: int = 4
-    sets_per_batch: int = 1
-    max_steps: int = 50
-    beta: float = 0.04
-    epsilon: float = 0.2
-    kappa: int | None = 3
-    s: int = 1
-    reward: str | Any = "bleu2"
-    gold_weight: float = 0.5
-    learning_rate: float | None = None
-    temperature: float = 1.0
-    top_p: float = 1.0
-    max_completion_length: int = 16
-    num_iterations: int = 1
-    gradient_accumulation_steps: int = 1
-    lora_r: int = 0
-    lora_alpha: int = 16
-    seed: int = 0
-    use_vllm: bool = False
-    vllm_mode: str = "colocate"
-    save_steps: int = 50
-    logging_steps: int = 1
-    bf16: bool = False
-    gradient_checkpointing: bool | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
+    # -- data and paraphrases
+    model: str | None = field(default=None, metadata=_help(
+        "Policy: hub id, folder or .gguf file (default: the embedded SmolLM2-135M-Instruct)."))
+    data_file: str | None = field(default=None, metadata=_help(
+        "Training data: HotpotQA JSONL, ragkit QA JSONL {id, question, answers, passages} or paraphrase-set JSONL.",
+        aliases=["--data"]))
+    limit: int | None = field(default=None, metadata=_help("Use the first N questions of the data file."))
+    paraphrases: int = field(default=4, metadata=_help("Members per paraphrase set n, the original included."))
+    paraphraser: Literal["rule", "llm"] = field(default="rule", metadata=_help(
+        "How rewrites are made when the data file has none: rule-based or by the policy model."))
+    max_passages: int | None = field(default=None, metadata=_help(
+        "Passages per prompt (gold kept, distractors fill up; default all)."))
+    passage_max_tokens: int | None = field(default=None, metadata=_help("Cut each passage to this many tokens."))
+    template: str = field(default="auto", metadata=_help(
+        "Prompt template: auto|short|chat|plain (auto = chat when the model has one)."))
+    sets_per_batch: int = field(default=1, metadata=_help("Paraphrase sets per optimisation step."))
+    # -- reward
+    reward: Literal["bleu2", "rougel", "f1", "cosine"] = field(default="bleu2", metadata=_help(
+        "Similarity of two answers in the group reward."))
+    kappa: int = field(default=3, metadata=_help(
+        "Other members drawn per member for the approximate reward; 0 = exact."))
+    s: int = field(default=1, metadata=_help("Rollouts drawn per drawn member (approximate reward)."))
+    gold_weight: float = field(default=0.5, metadata=_help("Weight w of F1(answer, gold) in the reward."))
+    # -- model
+    dtype: str = field(default="auto", metadata=_help(
+        "Policy dtype: auto (bf16 on CUDA, fp32 on CPU)|float32|bfloat16|float16."))
+    lora_r: int = field(default=0, metadata=_help("LoRA rank (0 = full fine-tuning)."))
+    lora_alpha: int = field(default=16, metadata=_help("LoRA alpha."))
+    stop_at_newline: bool = field(default=True, metadata=_help(
+        "Rollouts stop at the end of the answer line, as evaluation's decoding does."))
+    warmup_ratio: float = field(default=0.0, metadata=_help(
+        "Warm-up as a fraction of max_steps (mapped onto warmup_steps = ceil(ratio * max_steps))."))
+    # -- GRPOConfig / TrainingArguments fields with PS-GRPO's explicit defaults
+    output_dir: str | None = field(default=None, metadata=_help(
+        "Run folder: checkpoints, final/ model, psgrpo_settings.json, psgrpo_summary.json (required)."))
+    num_generations: int | None = field(default=4, metadata=_help(
+        "Rollouts g per wording (GRPO group size).", aliases=["--generations"]))
+    max_completion_length: int | None = field(default=16, metadata=_help("New tokens per rollout."))
+    temperature: float = field(default=1.0, metadata=_help("Rollout sampling temperature."))
+    top_p: float = field(default=1.0, metadata=_help("Rollout nucleus sampling (1 = off)."))
+    beta: float = field(default=0.04, metadata=_help("KL coefficient (k3 estimator) to the frozen reference."))
+    epsilon: float = field(default=0.2, metadata=_help("PPO clip range (both sides unless epsilon_high is set)."))
+    epsilon_high: float | None = field(default=None, metadata=_help("Upper clip range (default: epsilon)."))
+    loss_type: str = field(default=GRPO_OPTIONS["loss_type"], metadata=_help(
+        "TRL loss aggregation; PS-GRPO uses 'grpo' (per-sequence token mean)."))
+    scale_rewards: str = field(default=GRPO_OPTIONS["scale_rewards"], metadata=_help(
+        "Advantage scaling; PS-GRPO normalises within each wording's g rollouts ('group')."))
+    use_bias_correction_kl: bool = field(default=GRPO_OPTIONS["use_bias_correction_kl"], metadata=_help(
+        "Multiply the KL term by the importance ratio (TRL's default True); PS-GRPO uses the plain k3 KL."))
+    importance_sampling_level: str = field(default=GRPO_OPTIONS["importance_sampling_level"], metadata=_help(
+        "Importance ratios per 'token' (GRPO) or per 'sequence' (GSPO)."))
+    multi_objective_aggregation: str = field(default=GRPO_OPTIONS["multi_objective_aggregation"], metadata=_help(
+        "How several reward functions combine (PS-GRPO has one)."))
+    reward_weights: list[float] | None = field(default_factory=lambda: list(GRPO_OPTIONS["reward_weights"]),
+                                               metadata=_help("Weight of each reward function."))
+    num_iterations: int = field(default=GRPO_OPTIONS["num_iterations"], metadata=_help(
+        "Optimisation passes per generation batch (mu)."))
+    delta: float | None = field(default=GRPO_OPTIONS["delta"], metadata=_help("Two-sided clipping bound (off)."))
+    top_k: int = field(default=GRPO_OPTIONS["top_k"], metadata=_help("Rollout top-k (0 = off)."))
+    min_p: float | None = field(default=GRPO_OPTIONS["min_p"], metadata=_help("Rollout min-p (off)."))
+    repetition_penalty: float = field(default=GRPO_OPTIONS["repetition_penalty"], metadata=_help(
+        "Rollout repetition penalty (1 = off)."))
+    mask_truncated_completions: bool = field(default=GRPO_OPTIONS["mask_truncated_completions"], metadata=_help(
+        "Drop truncated rollouts from the loss (off: short answers are cut by design)."))
+    sync_ref_model: bool = field(default=GRPO_OPTIONS["sync_ref_model"], metadata=_help(
+        "Move the reference toward the policy during training (off: a frozen reference)."))
+    top_entropy_quantile: float = field(default=GRPO_OPTIONS["top_entropy_quantile"], metadata=_help(
+        "Keep only the top-rho entropy tokens in the loss (1 = all tokens)."))
+    entropy_coef: float = field(default=GRPO_OPTIONS["entropy_coef"], metadata=_help("Entropy bonus (off)."))
+    use_adaptive_entropy: bool = field(default=GRPO_OPTIONS["use_adaptive_entropy"], metadata=_help(
+        "Adaptive entropy control (off)."))
+    off_policy_mask_threshold: float | None = field(default=GRPO_OPTIONS["off_policy_mask_threshold"],
+                                                    metadata=_help("Off-policy sequence masking (off)."))
+    disable_dropout: bool = field(default=GRPO_OPTIONS["disable_dropout"], metadata=_help(
+        "Turn dropout off so policy, old policy and reference log-probs agree."))
+    shuffle_dataset: bool | None = field(default=GRPO_OPTIONS["shuffle_dataset"], metadata=_help(
+        "Shuffle the paraphrase sets (never the rows inside a set)."))
+    remove_unused_columns: bool | None = field(default=GRPO_OPTIONS["remove_unused_columns"], metadata=_help(
+        "Must stay False: set_id / member / answers reach the reward."))
+    per_device_train_batch_size: int | None = field(default=None, metadata=_help(
+        "Derived: sets_per_batch * paraphrases * num_generations (setting another value is an error)."))
+    learning_rate: float = field(default=1e-6, metadata=_help(
+        "Learning rate (TRL's GRPO default; about 1e-4 suits LoRA).", aliases=["--lr"]))
+    lr_scheduler_type: str = field(default=GRPO_OPTIONS["lr_scheduler_type"], metadata=_help(
+        "Learning-rate schedule."))
+    max_steps: int = field(default=50, metadata=_help("Optimisation steps."))
+    seed: int = field(default=0, metadata=_help("Seed of the set order, rollouts and reward approximation."))
+    bf16: bool | None = field(default=False, metadata=_help("bfloat16 mixed precision."))
+    gradient_checkpointing: bool | None = field(default=None, metadata=_help(
+        "Activation checkpointing (default: on with CUDA, off on CPU).", nargs="?", const=True))
+    logging_steps: float = field(default=1, metadata=_help("Log every N steps."))
+    save_steps: float = field(default=50, metadata=_help("Save a checkpoint every N steps."))
+    save_total_limit: int | None = field(default=2, metadata=_help("Keep at most this many checkpoints."))
+    resume_from_checkpoint: str | None = field(default=None, metadata=_help(
+        "Resume from this checkpoint folder, or 'last' (the newest checkpoint in output_dir; "
+        "--resume alone means last). Refused when the saved settings differ.",
+        aliases=["--resume"], nargs="?", const="last"))
+
+    def __post_init__(self) -> None:
+        if self.output_dir is None:
+            raise ValueError("output_dir is required: pass --output_dir DIR (or set output_dir in --config)")
+        if self.paraphrases < 2:
+            raise ValueError(f"paraphrases must be >= 2 (the original plus at least one rewrite), got {self.paraphrases}")
+        g = self.num_generations
+        if g is None or g < 2:
+            raise ValueError(f"GRPO needs num_generations >= 2 rollouts per wording (advantages are within-group), "
+                             f"got {g}")
+        if self.sets_per_batch < 1:
+            raise ValueError(f"sets_per_batch must be >= 1, got {self.sets_per_batch}")
+        per_step = self.sets_per_batch * self.paraphrases * g
+        if self.per_device_train_batch_size is None:
+            self.per_device_train_batch_size = per_step
+        elif self.per_device_train_batch_size != per_step:
+            raise ValueError(
+                f"per_device_train_batch_size={self.per_device_train_batch_size} contradicts sets_per_batch * "
+                f"paraphrases * num_generations = {per_step}; leave it unset (it is derived) or change sets_per_batch")
+        if self.steps_per_generation is None and self.generation_batch_size is None:
+            self.steps_per_generation = self.gradient_accumulation_steps
+        if self.epsilon_high is None:
+            self.epsilon_high = self.epsilon
+        if self.gradient_checkpointing is None and self.activation_checkpointing is None:
+            self.activation_checkpointing = bool(torch.cuda.is_available())  # memory on GPU, speed on CPU
+        if self.disable_tqdm is None and os.environ.get("RAGKIT_NO_PROGRESS"):
+            self.disable_tqdm = True
+        if self.data_seed is None:
+            self.data_seed = self.seed
+        apply_warmup_ratio(self)
+        super().__post_init__()
+        if not torch.cuda.is_available():
+            self.dataloader_pin_memory = False  # pinning needs an accelerator (and warns without one)
+        self.validate()
 
     def validate(self) -> None:
-        if self.n < 2:
-            raise ValueError(f"paraphrase sets need n >= 2 members, got {self.n}")
-        if self.g < 2:
-            raise ValueError(f"GRPO needs g >= 2 rollouts per prompt (advantages are within-group), got {self.g}")
+        """Raise ``ValueError`` naming the first out-of-range method setting."""
         if self.beta < 0 or self.epsilon <= 0:
             raise ValueError(f"need beta >= 0 and epsilon > 0, got beta={self.beta}, epsilon={self.epsilon}")
-        if self.kappa is not None and self.kappa < 1:
-            raise ValueError(f"kappa must be >= 1 or None (exact), got {self.kappa}")
+        if self.kappa < 0:
+            raise ValueError(f"kappa must be >= 1, or 0 for the exact reward, got {self.kappa}")
+        if self.s < 1:
+            raise ValueError(f"s must be >= 1, got {self.s}")
         if self.max_steps < 1:
-            raise ValueError("max_steps must be >= 1")
+            raise ValueError(f"max_steps must be >= 1, got {self.max_steps}")
+        if self.remove_unused_columns:
+            raise ValueError("remove_unused_columns must be False for PS-GRPO (the reward reads set_id / member)")
+        if self.lora_r < 0:
+            raise ValueError(f"lora_r must be >= 0 (0 = full fine-tuning), got {self.lora_r}")
+        if self.limit is not None and self.limit < 1:
+            raise ValueError(f"limit must be >= 1, got {self.limit}")
+
+    @property
+    def n(self) -> int:
+        """Members per paraphrase set (``paraphrases``)."""
+        return self.paraphrases
+
+    @property
+    def g(self) -> int:
+        """Rollouts per wording (``num_generations``)."""
+        return int(self.num_generations or 0)
+
+    def settings(self) -> dict[str, Any]:
+        """Every setting as plain JSON values (what ``psgrpo_settings.json`` holds)."""
+        return settings_dict(self)
 
 
-def make_grpo_config(output_dir: str | os.PathLike[str], st: PSGRPOSettings) -> GRPOConfig:
-    """A ``trl.GRPOConfig`` with every option PS-GRPO depends on set explicitly.
+# ----------------------------------------------------------------------------- trainer
+class PSGRPOTrainer(GRPOTrainer):
+    """``GRPOTrainer`` that keeps paraphrase sets whole and tokenises prompts as evaluation does.
 
-    One optimisation step uses one generation batch of ``sets_per_batch * n * g`` rollouts
-    (``per_device_train_batch_size = sets_per_batch * n * g``, ``steps_per_generation =
-    gradient_accumulation_steps``).
+    Parameters
+    ----------
+    *args, **kwargs
+        Those of ``trl.GRPOTrainer``; ``args`` must be a :class:`PSGRPOConfig`.
+    generator
+        The :class:`~ragkit.generation.Generator` whose template built the prompts; its prompt
+        tokenisation (special tokens added unless the text already starts with BOS) is used for
+        the rollouts (default: one wrapping the policy and ``processing_class``).
     """
-    from trl import GRPOConfig
 
-    st.validate()
-    per_step = st.sets_per_batch * st.n * st.g
-    lr = st.learning_rate if st.learning_rate is not None else (1e-4 if st.lora_r else 1e-6)
-    kw: dict[str, Any] = dict(
-        output_dir=str(output_dir),
-        # batch geometry: one generation batch = whole paraphrase sets
-        per_device_train_batch_size=per_step,
-        gradient_accumulation_steps=st.gradient_accumulation_steps,
-        steps_per_generation=st.gradient_accumulation_steps,
-        num_generations=st.g,
-        num_iterations=st.num_iterations,
-        shuffle_dataset=True,
-        remove_unused_columns=False,  # keep set_id / member / answers for the reward
-        # sampling
-        max_completion_length=st.max_completion_length,
-        temperature=st.temperature,
-        top_p=st.top_p,
-        top_k=0,
-        min_p=None,
-        repetition_penalty=1.0,
-        # objective
-        loss_type="grpo",
-        beta=st.beta,
-        epsilon=st.epsilon,
-        epsilon_high=st.epsilon,
-        delta=None,
-        importance_sampling_level="token",
-        scale_rewards="group",
-        multi_objective_aggregation="sum_then_normalize",
-        reward_weights=[1.0],
-        mask_truncated_completions=False,
-        sync_ref_model=False,
-        top_entropy_quantile=1.0,
-        disable_dropout=True,
-        # optimisation
-        learning_rate=lr,
-        max_steps=st.max_steps,
-        lr_scheduler_type="constant",
-        warmup_steps=0,
-        weight_decay=0.0,
-        max_grad_norm=1.0,
-        seed=st.seed,
-        data_seed=st.seed,
-        bf16=st.bf16,
-        gradient_checkpointing=_cuda() if st.gradient_checkpointing is None else st.gradient_checkpointing,
-        # generation backend
-        use_vllm=st.use_vllm,
-        vllm_mode=st.vllm_mode,
-        # bookkeeping
-        logging_steps=st.logging_steps,
-        save_steps=st.save_steps,
-        save_strategy="steps",
-        save_total_limit=2,
-        report_to=[],
-        log_completions=False,
-        dataloader_num_workers=0,
-        use_cpu=not _cuda(),
-    )
-    kw.update(st.extra)
-    return GRPOConfig(**kw)
+    def __init__(self, *args: Any, generator: Generator | None = None, **kwargs: Any) -> None:
+        config = kwargs.get("args", args[2] if len(args) > 2 else None)
+        if not isinstance(config, PSGRPOConfig):
+            raise TypeError(f"PSGRPOTrainer needs a PSGRPOConfig as args, got {type(config).__name__}")
+        n, g = config.n, config.g
+        procs = max(int(getattr(config, "world_size", 1) or 1), 1)
+        local = config.generation_batch_size // procs
+        if local % (n * g):
+            raise ValueError(
+                f"per-process generation batch {local} is not a multiple of n*g = {n * g}: a paraphrase set "
+                "would be split across processes; change sets_per_batch or the number of processes")
+        super().__init__(*args, **kwargs)
+        if generator is None:
+            from ragkit.generation import Generator
+
+            model = self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model
+            generator = Generator.from_components(model, self.processing_class, show_progress=False)
+        self.generator = generator
+        from ragkit.training.checkpoint import SettingsCallback
+
+        self.add_callback(SettingsCallback(config.settings()))
+
+    def _get_train_sampler(self, dataset: Any = None) -> Sampler[int]:
+        ds = self.train_dataset if dataset is None else dataset
+        n, g = self.args.n, self.num_generations
+        return ParaphraseSetSampler.from_dataset(
+            ds, g=g, sets_per_batch=self.args.generation_batch_size // (n * g),
+            repeat_count=self.num_iterations * self.args.steps_per_generation,
+            shuffle=self.shuffle_dataset, seed=self.args.seed)
+
+    def _tokenize_prompts(self, prompts: list[Any]) -> tuple[list[list[int]], Any, dict[str, Any]]:
+        if prompts and all(isinstance(p, str) for p in prompts):
+            return self.generator._encode_prompts(list(prompts)), None, {}
+        return super()._tokenize_prompts(prompts)
 
 
-def _cuda() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
-
-
-def make_trainer(model: PreTrainedModel | str, tokenizer: PreTrainedTokenizerBase, dataset: Dataset,
-                 config: GRPOConfig, reward: ParaphraseSetReward, n: int, lora_r: int = 0,
-                 lora_alpha: int = 16) -> GRPOTrainer:
-    """Build the PS-GRPO trainer: TRL's ``GRPOTrainer`` with the set-preserving sampler."""
-    from trl import GRPOTrainer
-
-    g = config.num_generations
-
-    class PSGRPOTrainer(GRPOTrainer):
-        """``GRPOTrainer`` whose train sampler keeps paraphrase sets whole (see module docstring)."""
-
-        def _get_train_sampler(self, dataset: Any = None) -> Sampler[int]:
-            ds = self.train_dataset if dataset is None else dataset
-            return ParaphraseSetSampler.from_dataset(
-                ds, g=self.num_generations,
-                sets_per_batch=self.args.generation_batch_size // (n * self.num_generations),
-                repeat_count=self.num_iterations * self.args.steps_per_generation,
-                shuffle=self.shuffle_dataset, seed=self.args.seed)
-
-    procs = max(int(getattr(config, "world_size", 1) or 1), 1)
-    local = config.generation_batch_size // procs
-    if local % (n * g):
-        raise ValueError(
-            f"per-process generation batch {local} is not a multiple of n*g = {n * g}: a paraphrase set "
-            "would be split across processes; change sets_per_batch or the number of processes")
+def make_trainer(model: Any, tokenizer: Any, dataset: Dataset, config: PSGRPOConfig,
+                 reward: ParaphraseSetReward, generator: Generator | None = None) -> PSGRPOTrainer:
+    """Build the PS-GRPO trainer (LoRA through TRL's ``peft_config`` when ``config.lora_r > 0``)."""
     peft_config = None
-    if lora_r:
-        from peft import LoraConfig
+    if config.lora_r:
+        from ragkit.training.models import lora_config
 
-        peft_config = LoraConfig(r=lora_r, lora_alpha=lora_alpha, lora_dropout=0.0, target_modules="all-linear",
-                                 task_type="CAUSAL_LM")
+        peft_config = lora_config(config.lora_r, config.lora_alpha)
     return PSGRPOTrainer(model=model, reward_funcs=[reward], args=config, train_dataset=dataset,
-                         processing_class=tokenizer, peft_config=peft_config)
+                         processing_class=tokenizer, peft_config=peft_config, generator=generator)
+
+
+def build_training_sets(config: PSGRPOConfig, generator: Generator | None = None) -> list[ParaphraseSet]:
+    """The paraphrase sets of ``config.data_file``: the file's own, or built with ``config.paraphraser``.
+
+    ``generator`` is the model that writes LLM paraphrases (``paraphraser="llm"``; default: the
+    policy model loaded through :class:`~ragkit.generation.Generator`).
+    """
+    from ragkit.paraphrase import LLMParaphraser, RuleParaphraser, build_paraphrase_sets
+
+    if not config.data_file:
+        raise ValueError("no training data: pass --data_file FILE (or set data_file in --config)")
+    data: Any = load_training_records(config.data_file, limit=config.limit)
+    n = config.paraphrases
+    if data and isinstance(data[0], ParaphraseSet):
+        sets = [s for s in data if len(s) == n]
+        if not sets:
+            raise ValueError(f"no set in {config.data_file} has {n} members; set --paraphrases to their size")
+        if len(sets) < len(data):
+            logger.warning("dropped %d sets whose size is not %d", len(data) - len(sets), n)
+        return sets
+    if config.paraphraser == "llm":
+        if generator is None:
+            from ragkit.generation import Generator
+
+            generator = Generator(config.model, device=str(config.device.type))
+        para: Any = LLMParaphraser(generator, seed=config.seed)
+    else:
+        para = RuleParaphraser(seed=config.seed)
+    mp = config.max_passages
+    return build_paraphrase_sets(data, para, n=n - 1,
+                                 passage_filter=(lambda r: select_passages(r, mp)) if mp else None)
 
 
 def train_psgrpo(
-    sets: Sequence[ParaphraseSet],
-    model: str | None,
-    output_dir: str | os.PathLike[str],
-    settings: PSGRPOSettings,
-    template: str = "auto",
-    passage_max_tokens: int | None = None,
-    resume: bool = False,
-    device: str = "auto",
+    sets: Sequence[ParaphraseSet] | None,
+    config: PSGRPOConfig,
+    similarity: Callable[[Sequence[str], Sequence[str]], np.ndarray] | None = None,
 ) -> dict[str, Any]:
     """Run PS-GRPO end to end and save the trained model to ``output_dir/final`` (atomically).
 
     Parameters
     ----------
     sets
-        Paraphrase sets, all of size ``settings.n``.
-    model
-        Policy name or folder (``None``: embedded SmolLM2, loaded from its safetensors cache).
-    output_dir
-        Checkpoints (``checkpoint-*``), ``final/`` and ``psgrpo_summary.json`` go here.
-    settings
-        All hyper-parameters.
-    template, passage_max_tokens
-        Prompt layout (``ragkit.generation.Generator`` options).
-    resume
-        Continue from the last ``checkpoint-*`` in ``output_dir`` when there is one.
+        Paraphrase sets, all of size ``config.paraphrases`` (``None``: :func:`build_training_sets`).
+    config
+        :class:`PSGRPOConfig`; ``resume_from_checkpoint`` ``"last"`` or a checkpoint folder.
+    similarity
+        A batched similarity ``f(hyps, refs) -> array`` replacing ``config.reward`` (library use;
+        the summary records its name).
 
     Returns
     -------
     dict
-        Summary: settings, steps, train loss, reward/consistency history, wall time, tokens/s.
+        Summary: settings, steps, train loss, reward/consistency history, wall time, rollout tokens.
     """
-    import time
-
     from ragkit.generation import Generator
-    from ragkit.io import atomic_dir, check_writable_dir, write_json
+    from ragkit.io import write_json
+    from ragkit.training.checkpoint import check_resume, prepare_run_dir, save_final_model
+    from ragkit.training.models import load_for_training
 
-    settings.validate()
-    bad = [s.set_id for s in sets if len(s) != settings.n]
+    out = prepare_run_dir(config.output_dir, kind="psgrpo-run", legacy_files=("psgrpo_summary.json",))
+    settings = config.settings()
+    if similarity is not None:
+        settings["reward"] = getattr(similarity, "__name__", "custom")
+    resume = check_resume(config.resume_from_checkpoint, out, settings, settings_file="psgrpo_settings.json")
+    done = resume.finished_summary("psgrpo_summary.json", config.max_steps)
+    if done is not None:
+        logger.info("%s already finished %d steps; keeping its summary", out, config.max_steps)
+        return done
+    policy, tok, path = load_for_training(config.model, dtype=config.dtype, device="cpu",
+                                          stop_at_newline=config.stop_at_newline)
+    gen = Generator.from_components(policy, tok, name=path, template=config.template,
+                                    passage_max_tokens=config.passage_max_tokens, show_progress=False)
+    if sets is None:
+        sets = build_training_sets(config)
+    bad = [s.set_id for s in sets if len(s) != config.n]
     if bad:
-        raise ValueError(f"{len(bad)} set(s) (e.g. {bad[0]!r}) do not have n={settings.n} members; "
-                         "rebuild them with build_paraphrase_sets(..., n=settings.n - 1)")
-    out = Path(output_dir)
-    check_writable_dir(out / "final", "model")  # before any training, not after it
-    out.mkdir(parents=True, exist_ok=True)
-    policy, tok, path = load_policy(model, device=device)
-    gen = Generator.from_components(policy, tok, name=path, template=template,
-                                    passage_max_tokens=passage_max_tokens, show_progress=False)
+        raise ValueError(f"{len(bad)} set(s) (e.g. {bad[0]!r}) do not have paraphrases={config.n} members; "
+                         "rebuild them with build_paraphrase_sets(..., n=paraphrases - 1)")
     dataset = build_grpo_dataset(sets, gen)
-    reward = ParaphraseSetReward(sim=settings.reward, kappa=settings.kappa, s=settings.s,
-                                 gold_weight=settings.gold_weight, seed=settings.seed,
-                                 stops=tuple(gen.template.stop))
-    config = make_grpo_config(out, settings)
-    trainer = make_trainer(policy, tok, dataset, config, reward, n=settings.n,
-                           lora_r=settings.lora_r, lora_alpha=settings.lora_alpha)
-    ckpt = None
-    if resume:
-        ckpts = sorted(out.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[-1]))
-        ckpt = str(ckpts[-1]) if ckpts else None
-        logger.info("resuming from %s", ckpt or "scratch (no checkpoint found)")
+    reward = ParaphraseSetReward(sim=similarity or config.reward, kappa=config.kappa or None, s=config.s,
+                                 gold_weight=config.gold_weight, seed=config.seed, stops=tuple(gen.template.stop))
+    write_json(out / "psgrpo_settings.json", settings)
+    trainer = make_trainer(policy, tok, dataset, config, reward, generator=gen)
     t0 = time.perf_counter()
-    result = trainer.train(resume_from_checkpoint=ckpt)
+    result = trainer.train(resume_from_checkpoint=resume.checkpoint)
     wall = time.perf_counter() - t0
     history = [h for h in trainer.state.log_history if "reward" in h]
-    final_model = trainer.model
-    if settings.lora_r:
-        final_model = final_model.merge_and_unload()
-    orig = getattr(final_model.generation_config, "ragkit_original_eos", None)
-    if orig is not None:
-        final_model.generation_config.eos_token_id = orig
-    with atomic_dir(out / "final", kind="model", overwrite=False) as tmp:
-        final_model.save_pretrained(tmp, safe_serialization=True)
-        tok.save_pretrained(tmp)
-    tokens = sum(float(h.get("completions/mean_length", 0.0)) * settings.sets_per_batch * settings.n * settings.g
+    final_dir = out / "final"
+    if trainer.is_world_process_zero():
+        save_final_model(trainer.model, tok, final_dir, merge_lora=True)
+    tokens = sum(float(h.get("completions/mean_length", 0.0)) * config.per_device_train_batch_size
                  for h in history)
+    steps_run = int(trainer.state.global_step) - resume.step
     summary = {
         "method": "psgrpo",
         "citation": "Hamman et al., NeurIPS 2025, arXiv 2510.04392",
         "model": path,
-        "settings": {k: (v if not callable(v) else getattr(v, "__name__", "custom"))
-                     for k, v in settings.__dict__.items() if k != "extra"},
+        "settings": settings,
         "num_sets": len(sets),
+        "global_step": int(trainer.state.global_step),
         "steps": int(trainer.state.global_step),
-        "train_loss": float(result.training_loss),
+        "steps_this_run": steps_run,
+        "train_loss": float(result.training_loss) if steps_run > 0 else resume.logged_train_loss(trainer.state),
         "wall_s": wall,
         "rollout_tokens": tokens,
         "history": history,
         "reward_comparisons": reward.comparisons,
-        "final_dir": str(out / "final"),
+        "resumed_from": resume.checkpoint,
+        "final_dir": str(final_dir),
     }
-    write_json(out / "psgrpo_summary.json", summary)
+    if trainer.is_world_process_zero():
+        write_json(out / "psgrpo_summary.json", summary)
     return summary
