@@ -2,8 +2,8 @@
 
 For each record the runner builds a candidate list (``given``: the record's own passages in the
 dataset's order; ``bm25``/``dense``/``hybrid``: top-k from the pooled corpus of all records'
-passages), runs every method (``ragkit.debias.get_method(name, generator).run_many``) in
-chunks, scores each answer with the dataset's metrics and the method's passage ranking with
+passages), runs every method (a preset of :mod:`ragkit.debias.presets`: reranker -> placement
+-> answerer, ``get_method(name, generator).run_many``) in chunks, scores each answer with the dataset's metrics and the method's passage ranking with
 gold-passage IR metrics, and aggregates means with seeded percentile-bootstrap 95% intervals
 (Efron & Tibshirani, 1993).
 
@@ -20,9 +20,8 @@ import hashlib
 import json
 import logging
 import os
-import signal
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from ragkit.eval import msmarco_official
+from ragkit.debias.presets import Method, get_method, resolve_method
 from ragkit.eval.metrics import (
     best_subspan_em,
     bleu,
@@ -64,8 +64,6 @@ DATASET_METRICS: dict[str, tuple[str, ...]] = {
 }
 RANKING_METRICS: tuple[str, ...] = ("mrr@10", "recall@2")
 DEFAULT_REPORT = "ragkit-eval-report.json"
-CRASH_ENV = "RAGKIT_EVAL_KILL_AFTER"
-"""Test hook: after at least this many items are appended in one process, SIGKILL itself."""
 
 
 @dataclass
@@ -83,7 +81,8 @@ class EvalConfig:
     retriever
         ``"given"``, ``"bm25"``, ``"dense"`` or ``"hybrid"`` (BM25 + dense, RRF).
     methods
-        Method names for :func:`ragkit.debias.get_method`.
+        Method names of :func:`ragkit.debias.available_methods` (``student:DIR`` and
+        ``cross-encoder:NAME`` included); checked when the config is built, before any model loads.
     k
         Candidates per question.
     model
@@ -129,6 +128,10 @@ class EvalConfig:
             raise ValueError(f"unknown retriever {self.retriever!r}; choose one of {', '.join(RETRIEVERS)}")
         if not self.methods:
             raise ValueError("no methods given; pass e.g. --methods none,moi")
+        for m in self.methods:
+            resolve_method(m)  # a typo is reported before any model loads, listing the valid names
+        if len(set(self.methods)) != len(self.methods):
+            raise ValueError(f"a method is listed twice in {','.join(self.methods)}; list each once")
         if self.k < 1:
             raise ValueError(f"k must be >= 1, got {self.k}")
         if self.chunk_size < 1:
@@ -234,49 +237,12 @@ def candidates_for(
     return list(retriever.search([r.query for r in records], k=cfg.k))
 
 
-class _BaselineNone:
-    """Fallback for method ``none`` when ``ragkit.debias.get_method`` is unavailable."""
-
-    def __init__(self, generator: Any, max_new_tokens: int) -> None:
-        self.generator = generator
-        self.max_new_tokens = max_new_tokens
-
-    def run_many(
-        self,
-        questions: list[str],
-        passages: list[list[Passage]],
-        scores: list[list[float]] | None = None,
-        answers: list[list[str]] | None = None,
-        generate_answer: bool = True,
-    ) -> list[Any]:
-        from types import SimpleNamespace
-
-        outs = self.generator.answer(questions, passages, max_new_tokens=self.max_new_tokens)
-        res = []
-        for ps, a in zip(passages, outs):
-            n = len(ps)
-            ranking = RankedList.from_scores(ps, [float(n - i) for i in range(n)])
-            res.append(SimpleNamespace(ranking=ranking, order=list(range(n)), answer=a, generator_calls=1, extra={}))
-        return res
-
-
-def _get_method(name: str, generator: Any, cfg: EvalConfig) -> Any:
-    try:
-        from ragkit.debias import get_method
-    except ImportError:
-        if name == "none":
-            logger.warning("ragkit.debias.get_method is unavailable; using the built-in given-order baseline")
-            return _BaselineNone(generator, cfg.max_new_tokens)
-        raise RuntimeError(f"method {name!r} needs ragkit.debias.get_method, which is not available") from None
-    import inspect
-
-    kw = dict(cfg.method_kwargs.get(name, {}))
-    params = inspect.signature(get_method).parameters
-    var_kw = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
-    if "seed" in params or var_kw:
-        kw.setdefault("seed", cfg.seed)
-    if "max_new_tokens" in params or var_kw:
-        kw.setdefault("max_new_tokens", cfg.max_new_tokens)
+def _method(name: str, generator: Any, cfg: EvalConfig) -> Method:
+    """The preset ``name`` with the run's seed, answer length (and device for a cross-encoder)."""
+    kw: dict[str, Any] = {"seed": cfg.seed, "max_new_tokens": cfg.max_new_tokens}
+    if resolve_method(name).loads_encoder:
+        kw["device"] = cfg.device
+    kw.update(cfg.method_kwargs.get(name, {}))
     return get_method(name, generator, **kw)
 
 
@@ -351,7 +317,6 @@ def run_eval(
     records: Sequence[QARecord] | None = None,
     generator: Any | None = None,
     show_progress: bool | None = None,
-    on_chunk: Callable[[int], None] | None = None,
 ) -> dict[str, Any]:
     """Run an evaluation and write its JSON (and markdown) report.
 
@@ -369,8 +334,6 @@ def run_eval(
         Skip the (method, question) items already in the partial file.
     records, generator
         Pre-loaded records / a :class:`ragkit.generation.Generator` (else built from ``cfg``).
-    on_chunk
-        Called with the number of items appended so far in this process (a hook for tests).
 
     Returns
     -------
@@ -424,7 +387,6 @@ def run_eval(
             )
     load_s = time.perf_counter() - t_load
 
-    kill_after = int(os.environ.get(CRASH_ENV, "0") or 0)
     appended = 0
     bar = progress(range(n_todo), show=show_progress, desc="eval", unit="q") if n_todo else None
     bar_it = iter(bar) if bar is not None else None
@@ -432,16 +394,17 @@ def run_eval(
         items = todo[m]
         if not items:
             continue
-        method = _get_method(m, generator, cfg)
+        method = _method(m, generator, cfg)
         for start in range(0, len(items), cfg.chunk_size):
             chunk = items[start : start + cfg.chunk_size]
             cands = [cands_by_id[r.id] for r in chunk]
             tc = time.perf_counter()
             outs = method.run_many(
-                [r.question for r in chunk],
+                [r.query for r in chunk],
                 [c.passages() for c in cands],
                 [c.scores() for c in cands],
-                None,
+                # gold answers reach only oracle rerankers (moi_gold), never the answerer
+                [list(r.answers) for r in chunk] if method.needs_answers else None,
                 True,
             )
             per_item = (time.perf_counter() - tc) / len(chunk)
@@ -452,11 +415,6 @@ def run_eval(
                 if bar_it is not None:
                     next(bar_it, None)
             appended += len(rows)
-            if on_chunk is not None:
-                on_chunk(appended)
-            if kill_after and appended >= kill_after:
-                logger.warning("%s=%d reached: killing this process (test hook)", CRASH_ENV, kill_after)
-                os.kill(os.getpid(), signal.SIGKILL)
     if bar_it is not None:
         for _ in bar_it:
             pass
