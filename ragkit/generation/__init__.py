@@ -7,7 +7,8 @@
 
 from __future__ import annotations
 
-from ragkit.generation.generator import Generator, ScoreResult
+from ragkit.generation.base import GeneratorLike, OrderingRun, ScoreResult
+from ragkit.generation.generator import Generator
 from ragkit.generation.prompts import TEMPLATES, PromptTemplate, get_template
 
-__all__ = ["Generator", "ScoreResult", "PromptTemplate", "TEMPLATES", "get_template"]
+__all__ = ["Generator", "GeneratorLike", "OrderingRun", "ScoreResult", "PromptTemplate", "TEMPLATES", "get_template"]

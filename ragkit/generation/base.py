@@ -1,0 +1,141 @@
+"""The generator's contract toward the rest of ragkit: :class:`ScoreResult` and :class:`GeneratorLike`.
+
+Debiasing (MoI outcomes, baselines), evaluation and training need only what
+:class:`GeneratorLike` lists; they type their ``generator`` arguments with it, so any object with
+these members (the local :class:`ragkit.generation.Generator`, a remote one) plugs in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from ragkit.types import Passage
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ragkit.generation.prompts import PromptTemplate
+
+__all__ = ["ScoreResult", "OrderingRun", "GeneratorLike"]
+
+
+@dataclass(frozen=True)
+class ScoreResult:
+    """Teacher-forced log-probabilities of ``n`` answers.
+
+    Attributes
+    ----------
+    sum
+        ``(n,)`` total log-probability ``log p(y | x)`` of each answer.
+    mean
+        ``(n,)`` mean per-token log-probability (``sum / num_tokens``).
+    token_logprobs
+        ``n`` arrays with the log-probability of every answer token.
+    num_tokens
+        ``(n,)`` number of answer tokens.
+    """
+
+    sum: np.ndarray
+    mean: np.ndarray
+    token_logprobs: list[np.ndarray]
+    num_tokens: np.ndarray
+
+    @classmethod
+    def from_token_logprobs(cls, token_logprobs: Sequence[np.ndarray]) -> ScoreResult:
+        """Build a result from per-answer token log-probability arrays."""
+        tl = [np.asarray(t, dtype=np.float64) for t in token_logprobs]
+        num = np.array([len(t) for t in tl], dtype=np.int64)
+        s = np.array([float(t.sum()) for t in tl], dtype=np.float64)
+        mean = np.where(num > 0, s / np.maximum(num, 1), 0.0)
+        return cls(sum=s, mean=mean, token_logprobs=tl, num_tokens=num)
+
+    def __len__(self) -> int:
+        return len(self.token_logprobs)
+
+
+@dataclass
+class OrderingRun:
+    """One query's orderings run once: each ordering's answer and the scores of candidate answers.
+
+    Attributes
+    ----------
+    answers
+        ``M`` greedy answers (after :meth:`Generator.clean_answer`), one per ordering.
+    scores
+        One :class:`ScoreResult` (``M`` entries) per candidate round asked for; an ordering that a
+        round skipped (empty candidate) has an empty ``token_logprobs`` entry and mean 0.
+    candidates
+        The rounds that were scored: per round, ``M`` answer strings (``""``: not scored).
+    """
+
+    answers: list[str]
+    scores: list[ScoreResult] = field(default_factory=list)
+    candidates: list[list[str]] = field(default_factory=list)
+
+
+CandidateFn = Callable[[int, list[str]], Sequence["str | Sequence[str]"]]
+"""``f(query_index, answers) -> rounds``: the answers to score under every ordering of a query,
+given its ``M`` generated answers; each round is one string (for every ordering) or ``M`` strings."""
+
+
+@runtime_checkable
+class GeneratorLike(Protocol):
+    """What debias, eval and training use of a generator (see :class:`ragkit.generation.Generator`)."""
+
+    name: str
+    template: PromptTemplate
+    tokenizer: Any
+    model: Any
+    batch_size: int
+    max_length: int
+
+    def build_prompt(self, question: str, passages: Sequence[Passage | str]) -> str:
+        """The full prompt, ending where the answer begins."""
+        ...
+
+    def split_prompt(self, question: str, passages: Sequence[Passage | str]) -> tuple[str, str]:
+        """``(prefix, suffix)`` with an order-independent prefix."""
+        ...
+
+    def score(self, prompts: Sequence[str], answers: Sequence[str]) -> ScoreResult:
+        """Teacher-forced ``log p(answer | prompt)``."""
+        ...
+
+    def score_orderings(
+        self,
+        questions: Sequence[str],
+        passages: Sequence[Sequence[Passage | str]],
+        orderings: Sequence[Sequence[Sequence[int]]],
+        answers: Sequence[str | Sequence[str]],
+    ) -> list[ScoreResult]:
+        """Answers scored under several passage orderings per question (shared prefix reused)."""
+        ...
+
+    def generate(
+        self,
+        prompts: Sequence[str],
+        max_new_tokens: int = 32,
+        stop: Sequence[str] | None = None,
+        temperature: float = 0.0,
+        n: int = 1,
+        seed: int = 0,
+        top_p: float = 1.0,
+        min_new_tokens: int = 0,
+    ) -> list[str] | list[list[str]]:
+        """Continue each prompt (greedy or nucleus sampling)."""
+        ...
+
+    def answer(
+        self,
+        questions: Sequence[str],
+        passages: Sequence[Sequence[Passage | str]],
+        max_new_tokens: int = 32,
+    ) -> list[str]:
+        """Greedy short answers."""
+        ...
+
+    def clean_answer(self, text: str) -> str:
+        """The answer inside a completion."""
+        ...

@@ -1,0 +1,234 @@
+"""Decoding: batched greedy / nucleus generation with a key/value cache, through the model's own forward.
+
+Every forward goes through the model's ``*ForCausalLM.forward`` (with ``logits_to_keep`` when the
+model supports it, so only the needed positions reach the LM head): the logits therefore include
+whatever the architecture applies after its head (Cohere's ``logit_scale``, Granite's
+``logits_scaling``, Gemma 2's ``final_logit_softcapping``, MiniCPM's scaling).
+
+Sampling draws from ``softmax(logits / T)`` restricted to the smallest token set with probability
+mass ``>= top_p`` (nucleus sampling, Holtzman et al., "The Curious Case of Neural Text
+Degeneration", ICLR 2020).
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+from ragkit.generation.fitting import encode_prompts, fit_prompt_ids
+from ragkit.io import progress
+from ragkit.text import cut_at_stop
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+    from ragkit.generation.generator import Generator
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["chunks", "keep_argument", "forward_logits", "decode_loop", "generate", "pick"]
+
+
+def chunks(n: int, size: int) -> Iterator[range]:
+    """``range`` blocks of at most ``size`` covering ``0..n-1``."""
+    for start in range(0, n, size):
+        yield range(start, min(n, start + size))
+
+
+def keep_argument(model: Any) -> str | None:
+    """The name of the model forward's "compute logits only for the last positions" argument."""
+    try:
+        params = inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):  # pragma: no cover - exotic wrappers
+        return None
+    for name in ("logits_to_keep", "num_logits_to_keep"):
+        if name in params:
+            return name
+    return None
+
+
+def forward_logits(
+    gen: Generator,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    position_ids: torch.Tensor,
+    past: Any = None,
+    keep: int = 1,
+) -> tuple[torch.Tensor, Any]:
+    """Float logits ``(B, keep, V)`` of the last ``keep`` input positions, and the cache.
+
+    ``attention_mask`` covers the cache and the new tokens. The counters ``gen.counters``
+    (``prefill_tokens``: non-padding tokens of multi-token forwards; ``decode_tokens``; ``forwards``)
+    are updated.
+    """
+    width = input_ids.shape[1]
+    keep = max(1, min(int(keep), width))
+    kw: dict[str, Any] = {}
+    if gen._keep_arg is not None:
+        kw[gen._keep_arg] = keep
+    out = gen.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                    past_key_values=past, use_cache=past is not None, **kw)
+    logits = out.logits[:, -keep:].float()
+    new = int(attention_mask[:, -width:].sum())
+    gen.counters["forwards"] += 1
+    gen.counters["prefill_tokens" if width > 1 else "decode_tokens"] += new
+    return logits, getattr(out, "past_key_values", None)
+
+
+def pick(logits: torch.Tensor, temperature: float, top_p: float, rng: torch.Generator | None) -> torch.Tensor:
+    """Next tokens: argmax when ``temperature == 0``, else nucleus sampling (module docstring)."""
+    import torch
+
+    if temperature == 0:
+        return logits.argmax(dim=-1)
+    probs = torch.softmax(logits / temperature, dim=-1)
+    if top_p < 1.0:
+        sp, si = probs.sort(dim=-1, descending=True)
+        keep = (sp.cumsum(-1) - sp) < top_p
+        sp = sp * keep
+        probs = torch.zeros_like(probs).scatter(-1, si, sp)
+        probs = probs / probs.sum(-1, keepdim=True)
+    return torch.multinomial(probs, 1, generator=rng)[:, 0]
+
+
+def decode_loop(
+    gen: Generator,
+    past: Any,
+    step_ids: torch.Tensor,
+    mask: torch.Tensor,
+    step_pos: torch.Tensor,
+    max_new_tokens: int,
+    stops: Sequence[str],
+    temperature: float = 0.0,
+    top_p: float = 1.0,
+    rng: torch.Generator | None = None,
+    min_new_tokens: int = 0,
+) -> tuple[list[list[int]], list[list[float]]]:
+    """Decode from ``step_ids`` (the prompt tokens not yet in ``past``) until EOS / stop / length.
+
+    The prompt must end in the last column for every row (left padding). Returns the new tokens
+    of each row (EOS excluded) and the log-probability of each under the model's distribution
+    (before any ``min_new_tokens`` masking). ``past`` is extended in place.
+    """
+    import torch
+
+    dev = step_ids.device
+    n = step_ids.shape[0]
+    eos = torch.tensor(gen._eos_ids or [-1], device=dev)
+    done = torch.zeros(n, dtype=torch.bool, device=dev)
+    new: list[list[int]] = [[] for _ in range(n)]
+    logps: list[list[float]] = [[] for _ in range(n)]
+    for step in range(max_new_tokens):
+        logits, past = forward_logits(gen, step_ids, mask, step_pos, past=past, keep=1)
+        logits = logits[:, -1]
+        lsm = logits - torch.logsumexp(logits, dim=-1, keepdim=True)
+        if step < min_new_tokens and gen._eos_ids:
+            logits[:, eos] = float("-inf")
+        nxt = pick(logits, temperature, top_p, rng)
+        nxt = torch.where(done, torch.full_like(nxt, gen._pad_id), nxt)
+        is_eos = torch.isin(nxt, eos) & ~done
+        nxt_lp = lsm.gather(-1, nxt[:, None])[:, 0].tolist()
+        nxt_list = nxt.tolist()
+        done_list = done.tolist()
+        eos_list = is_eos.tolist()
+        for r in range(n):
+            if done_list[r] or eos_list[r]:
+                continue
+            new[r].append(nxt_list[r])
+            logps[r].append(float(nxt_lp[r]))
+            if stops and cut_at_stop(gen.tokenizer.decode(new[r], skip_special_tokens=True), stops) is not None:
+                eos_list[r] = True
+        done = done | torch.tensor(eos_list, device=dev)
+        if bool(done.all()):
+            break
+        step_pos = step_pos[:, -1:] + 1
+        step_ids = nxt[:, None]
+        mask = torch.cat([mask, torch.ones((n, 1), dtype=mask.dtype, device=dev)], dim=1)
+    return new, logps
+
+
+def finish_text(gen: Generator, tokens: Sequence[int], stops: Sequence[str]) -> str:
+    """Decoded text of generated tokens, cut at the first stop string."""
+    text = gen.tokenizer.decode(list(tokens), skip_special_tokens=True)
+    cut = cut_at_stop(text, stops) if stops else None
+    return text if cut is None else text[:cut]
+
+
+def _decode_batch(
+    gen: Generator,
+    seqs: Sequence[Sequence[int]],
+    max_new_tokens: int,
+    stops: Sequence[str],
+    temperature: float,
+    top_p: float,
+    rng: torch.Generator | None,
+    min_new_tokens: int = 0,
+) -> list[str]:
+    import torch
+    from transformers import DynamicCache
+
+    dev = gen.device
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), gen._pad_id, dtype=torch.long)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for r, s in enumerate(seqs):
+        ids[r, width - len(s):] = torch.tensor(s, dtype=torch.long)
+        mask[r, width - len(s):] = 1
+    ids, mask = ids.to(dev), mask.to(dev)
+    pos = (mask.cumsum(1) - 1).clamp(min=0)
+    past = DynamicCache(config=gen.model.config)
+    new, _ = decode_loop(gen, past, ids, mask, pos, max_new_tokens, stops, temperature, top_p, rng,
+                         min_new_tokens)
+    return [finish_text(gen, t, stops) for t in new]
+
+
+def generate(
+    gen: Generator,
+    prompts: Sequence[str],
+    max_new_tokens: int = 32,
+    stop: Sequence[str] | None = None,
+    temperature: float = 0.0,
+    n: int = 1,
+    seed: int = 0,
+    top_p: float = 1.0,
+    min_new_tokens: int = 0,
+) -> list[str] | list[list[str]]:
+    """:meth:`ragkit.generation.Generator.generate` (see there)."""
+    import torch
+
+    prompts = list(prompts)
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    if temperature < 0:
+        raise ValueError(f"temperature must be >= 0, got {temperature}")
+    if not 0 < top_p <= 1:
+        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+    if n > 1 and temperature == 0:
+        logger.warning("n=%d samples with temperature=0 are identical greedy answers", n)
+    stops = [s for s in (stop or []) if s]
+    if not prompts:
+        return []
+    p_ids = encode_prompts(gen.tokenizer, prompts)
+    room = gen.max_length - max_new_tokens
+    if room < 1:
+        raise ValueError(f"max_new_tokens={max_new_tokens} leaves no room in the context window {gen.max_length}")
+    p_ids = [fit_prompt_ids(p, room, f"prompt {i}", gen.max_length) for i, p in enumerate(p_ids)]
+    rows = [(i, s) for i in range(len(prompts)) for s in range(n)]
+    order = sorted(range(len(rows)), key=lambda r: -len(p_ids[rows[r][0]]))
+    texts: list[str] = [""] * len(rows)
+    rng = torch.Generator(device=gen.device).manual_seed(int(seed)) if temperature > 0 else None
+    batches = list(chunks(len(order), gen.batch_size))
+    with torch.inference_mode():
+        for b in progress(batches, show=gen.show_progress, desc="generate", leave=False):
+            idx = [order[j] for j in b]
+            outs = _decode_batch(gen, [p_ids[rows[r][0]] for r in idx], max_new_tokens, stops,
+                                 temperature, top_p, rng, min_new_tokens)
+            for r, t in zip(idx, outs):
+                texts[r] = t
+    if n == 1:
+        return texts
+    return [texts[i * n:(i + 1) * n] for i in range(len(prompts))]

@@ -1,0 +1,486 @@
+"""Teacher-forced answer scoring, with the shared prompt prefix computed once per question.
+
+For a prompt ``x`` and an answer ``y = y_1..y_T`` (tokenised together, see
+:mod:`ragkit.generation.fitting`)
+
+    log p(y | x) = Σ_t log softmax(z_{|x|+t-1})[y_t]
+
+where ``z`` are the model's own output logits (its ``forward``, so any post-head transform of the
+architecture is applied); only the ``T + 1`` last positions of each batch reach the LM head
+(``logits_to_keep``): prompts are left-padded and answers right-padded, so the answer positions
+are the same columns in every row.
+
+Many orderings of the same passages (Mixture-of-Intervention, Lee et al., "Inference Scaling for
+Bridging Retrieval and Augmented Generation", NAACL Findings 2025, arXiv 2412.10684) share
+their prompt prefix (instruction + question): :func:`score_orderings` runs that prefix once per
+question and reuses its key/value cache for every ordering. :func:`run_orderings` goes further
+(one prefill per ordering): it generates each ordering's answer from that cache and then scores
+candidate answers as continuations of each ordering's cached prompt, so an ordering's passages are
+never prefilled twice.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ragkit.generation.base import CandidateFn, OrderingRun, ScoreResult
+from ragkit.generation.decoding import chunks, decode_loop, finish_text, forward_logits
+from ragkit.generation.fitting import answer_text, encode_answers, encode_prompts, fit_passages, fit_prompt_ids
+from ragkit.io import progress
+from ragkit.types import Passage, as_passages
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+    from ragkit.generation.generator import Generator
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["score", "score_orderings", "run_orderings", "ordering_prompts", "common_prefix_len", "cache_ok"]
+
+
+# ----------------------------------------------------------------------------- helpers
+def common_prefix_len(seqs: Sequence[Sequence[int]]) -> int:
+    """Longest common token prefix, leaving at least one prompt token in every suffix."""
+    first = seqs[0]
+    lcp = min(len(s) for s in seqs) - 1
+    for s in seqs[1:]:
+        k = 0
+        while k < lcp and s[k] == first[k]:
+            k += 1
+        lcp = k
+    return max(lcp, 1) if min(len(s) for s in seqs) > 1 else 0
+
+
+def cache_ok(gen: Generator) -> bool:
+    """Prefix reuse needs a decoder whose layers all use plain full attention (no sliding window)."""
+    cfg = gen.model.config
+    text_cfg = cfg.get_text_config(decoder=True) if hasattr(cfg, "get_text_config") else cfg
+    if getattr(text_cfg, "sliding_window", None) and getattr(text_cfg, "use_sliding_window", True):
+        layer_types = getattr(text_cfg, "layer_types", None)
+        if layer_types is None or any(t != "full_attention" for t in layer_types):
+            return False
+    return True
+
+
+def _layout(gen: Generator, prompts: Sequence[Sequence[int]], answers: Sequence[Sequence[int]]
+            ) -> tuple[torch.Tensor, torch.Tensor]:
+    """``[pad.. prompt][answer ..pad]`` rows: every prompt ends in the same column."""
+    import torch
+
+    wp = max(len(p) for p in prompts)
+    wa = max((len(a) for a in answers), default=0)
+    ids = torch.full((len(prompts), wp + wa), gen._pad_id, dtype=torch.long)
+    mask = torch.zeros((len(prompts), wp + wa), dtype=torch.long)
+    for r, (p, a) in enumerate(zip(prompts, answers)):
+        ids[r, wp - len(p):wp] = torch.tensor(list(p), dtype=torch.long)
+        mask[r, wp - len(p):wp] = 1
+        if a:
+            ids[r, wp:wp + len(a)] = torch.tensor(list(a), dtype=torch.long)
+            mask[r, wp:wp + len(a)] = 1
+    dev = gen.device
+    return ids.to(dev), mask.to(dev)
+
+
+def _score_rows(
+    gen: Generator,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    position_ids: torch.Tensor,
+    answers: Sequence[Sequence[int]],
+    past: Any = None,
+) -> list[np.ndarray]:
+    """Answer-token log-probs for a :func:`_layout` batch (answers in the last ``wa`` columns)."""
+    import torch
+
+    wa = max(len(a) for a in answers)
+    logits, _ = forward_logits(gen, input_ids, attention_mask, position_ids, past=past, keep=wa + 1)
+    dev = logits.device
+    rows = torch.tensor([r for r, a in enumerate(answers) for _ in a], device=dev, dtype=torch.long)
+    cols = torch.tensor([t for a in answers for t in range(len(a))], device=dev, dtype=torch.long)
+    tgt = torch.tensor([x for a in answers for x in a], device=dev, dtype=torch.long)
+    sel = logits[rows, cols]
+    lp = (sel.gather(-1, tgt[:, None])[:, 0] - torch.logsumexp(sel, dim=-1)).double().cpu().numpy()
+    out: list[np.ndarray] = []
+    off = 0
+    for a in answers:
+        out.append(lp[off:off + len(a)])
+        off += len(a)
+    return out
+
+
+def _encode_scored(gen: Generator, prompts: Sequence[str], answers: Sequence[str], what: Sequence[str]
+                   ) -> tuple[list[list[int]], list[list[int]]]:
+    """Joint tokenisation, checks and fitting of (prompt, answer) pairs."""
+    texts = [answer_text(p, a, i) for i, (p, a) in enumerate(zip(prompts, answers))]
+    p_ids, a_ids = encode_answers(gen.tokenizer, prompts, texts)
+    for i, a in enumerate(a_ids):
+        if not a:
+            raise ValueError(f"{what[i]}: the answer {answers[i]!r} tokenises to nothing; pass a non-empty answer")
+        if len(a) >= gen.max_length:
+            raise ValueError(f"{what[i]}: the answer has {len(a)} tokens, more than the context window "
+                             f"{gen.max_length}")
+        p_ids[i] = fit_prompt_ids(p_ids[i], gen.max_length - len(a), f"{what[i]} prompt", gen.max_length)
+    return p_ids, a_ids
+
+
+def _positions(mask: torch.Tensor, offsets: torch.Tensor | None = None) -> torch.Tensor:
+    pos = (mask.cumsum(1) - 1).clamp(min=0)
+    return pos if offsets is None else pos + offsets[:, None]
+
+
+# ----------------------------------------------------------------------------- score
+def score(gen: Generator, prompts: Sequence[str], answers: Sequence[str]) -> ScoreResult:
+    """:meth:`ragkit.generation.Generator.score` (see there)."""
+    import torch
+
+    prompts, answers = list(prompts), list(answers)
+    if len(prompts) != len(answers):
+        raise ValueError(f"score() got {len(prompts)} prompts but {len(answers)} answers; pass one answer per prompt")
+    if not prompts:
+        return ScoreResult.from_token_logprobs([])
+    p_ids, a_ids = _encode_scored(gen, prompts, answers, [f"answer {i}" for i in range(len(prompts))])
+    return ScoreResult.from_token_logprobs(_score_ids(gen, p_ids, a_ids, desc="score"))
+
+
+def _score_ids(gen: Generator, p_ids: Sequence[Sequence[int]], a_ids: Sequence[Sequence[int]],
+               desc: str = "score") -> list[np.ndarray]:
+    import torch
+
+    order = sorted(range(len(p_ids)), key=lambda i: -(len(p_ids[i]) + len(a_ids[i])))
+    result: list[np.ndarray] = [np.empty(0)] * len(p_ids)
+    batches = list(chunks(len(order), gen.batch_size))
+    with torch.inference_mode():
+        for b in progress(batches, show=gen.show_progress, desc=desc, leave=False):
+            idx = [order[j] for j in b]
+            ids, mask = _layout(gen, [p_ids[i] for i in idx], [a_ids[i] for i in idx])
+            rows = _score_rows(gen, ids, mask, _positions(mask), [a_ids[i] for i in idx])
+            for i, r in zip(idx, rows):
+                result[i] = r
+    return result
+
+
+# ----------------------------------------------------------------------------- orderings
+def ordering_prompts(gen: Generator, questions: Sequence[str], passages: Sequence[Sequence[Passage | str]],
+                     orderings: Sequence[Sequence[Sequence[int]]]) -> list[list[str]]:
+    """Per query, the full prompt of each ordering (passages fitted once per query, order-free).
+
+    An ordering lists distinct passage indices; it may hold any subset (``[]``: no passages).
+    """
+    n = len(questions)
+    if not (len(passages) == len(orderings) == n):
+        raise ValueError(f"got {n} questions, {len(passages)} passage lists and {len(orderings)} ordering lists; "
+                         "pass one of each per query")
+    out: list[list[str]] = []
+    for q in range(n):
+        ps = as_passages(passages[q])
+        orders = [list(map(int, o)) for o in orderings[q]]
+        if not orders:
+            raise ValueError(f"query {q} has no orderings; pass at least one ordering")
+        for m, o in enumerate(orders):
+            if any(i < 0 or i >= len(ps) for i in o) or len(set(o)) != len(o):
+                raise ValueError(f"ordering {m} of query {q} ({o}) must list distinct passage indices "
+                                 f"in [0, {len(ps)})")
+        texts = fit_passages(gen.tokenizer, gen.template, questions[q], ps, max_length=gen.max_length,
+                             answer_reserve=gen.answer_reserve, passage_max_tokens=gen.passage_max_tokens)
+        out.append([gen.template.build(questions[q], [ps[i] for i in o], gen.tokenizer, [texts[i] for i in o])
+                    for o in orders])
+    return out
+
+
+def _groups(p_ids: Sequence[Sequence[Sequence[int]]], batch_size: int) -> list[list[int]]:
+    """Queries grouped so that each group's orderings fill about one batch (longest first)."""
+    groups: list[list[int]] = []
+    cur: list[int] = []
+    rows_in_cur = 0
+    for q in sorted(range(len(p_ids)), key=lambda q: -max(len(p) for p in p_ids[q])):
+        mq = len(p_ids[q])
+        if cur and rows_in_cur + mq > batch_size:
+            groups.append(cur)
+            cur, rows_in_cur = [], 0
+        cur.append(q)
+        rows_in_cur += mq
+    if cur:
+        groups.append(cur)
+    return groups
+
+
+def _prefix_cache(gen: Generator, queries: Sequence[int], p_ids: Sequence[Sequence[Sequence[int]]],
+                  prefix_len: Sequence[int]) -> tuple[list[tuple[torch.Tensor, torch.Tensor]], torch.Tensor]:
+    """Key/value tensors of the queries' shared prefixes (right-padded) and their mask."""
+    import torch
+    from transformers import DynamicCache
+
+    ids, mask = _layout(gen, [[] for _ in queries], [p_ids[q][0][: prefix_len[q]] for q in queries])
+    _, cache = forward_logits(gen, ids, mask, _positions(mask), past=DynamicCache(config=gen.model.config), keep=1)
+    return [(layer.keys, layer.values) for layer in cache.layers], mask
+
+
+def _chunk_cache(kv: Sequence[tuple[torch.Tensor, torch.Tensor]], idx: torch.Tensor) -> Any:
+    from transformers import DynamicCache
+
+    return DynamicCache(ddp_cache_data=[(k.index_select(0, idx), v.index_select(0, idx)) for k, v in kv])
+
+
+def score_orderings(
+    gen: Generator,
+    questions: Sequence[str],
+    passages: Sequence[Sequence[Passage | str]],
+    orderings: Sequence[Sequence[Sequence[int]]],
+    answers: Sequence[str | Sequence[str]],
+) -> list[ScoreResult]:
+    """:meth:`ragkit.generation.Generator.score_orderings` (see there)."""
+    import torch
+
+    n = len(questions)
+    if not (len(passages) == len(orderings) == len(answers) == n):
+        raise ValueError(
+            f"score_orderings() got {n} questions, {len(passages)} passage lists, {len(orderings)} "
+            f"ordering lists and {len(answers)} answers; pass one of each per query")
+    prompts = ordering_prompts(gen, questions, passages, orderings)
+    ans: list[list[str]] = []
+    for q in range(n):
+        a = answers[q]
+        if isinstance(a, str):
+            ans.append([a] * len(prompts[q]))
+        else:
+            a = list(a)
+            if len(a) != len(prompts[q]):
+                raise ValueError(f"query {q} has {len(prompts[q])} orderings but {len(a)} answers; "
+                                 "pass one answer string or one answer per ordering")
+            ans.append(a)
+    flat_p = [p for ps_ in prompts for p in ps_]
+    flat_a = [a for as_ in ans for a in as_]
+    what = [f"query {q} ordering {m}" for q in range(n) for m in range(len(prompts[q]))]
+    p_flat, a_flat = _encode_scored(gen, flat_p, flat_a, what)
+    if not cache_ok(gen):
+        logger.info("model cache layout does not allow prefix reuse; scoring orderings without it")
+        res = _score_ids(gen, p_flat, a_flat, desc="score orderings")
+        out, off = [], 0
+        for ps_ in prompts:
+            out.append(ScoreResult.from_token_logprobs(res[off:off + len(ps_)]))
+            off += len(ps_)
+        return out
+    p_ids: list[list[list[int]]] = []
+    a_ids: list[list[list[int]]] = []
+    off = 0
+    for ps_ in prompts:
+        p_ids.append(p_flat[off:off + len(ps_)])
+        a_ids.append(a_flat[off:off + len(ps_)])
+        off += len(ps_)
+    prefix_len = [common_prefix_len(p_ids[q]) for q in range(n)]
+    results: list[list[np.ndarray]] = [[np.empty(0)] * len(p_ids[q]) for q in range(n)]
+    with torch.inference_mode():
+        for g in progress(_groups(p_ids, gen.batch_size), show=gen.show_progress, desc="score orderings",
+                          leave=False):
+            _score_group(gen, g, p_ids, a_ids, prefix_len, results)
+    return [ScoreResult.from_token_logprobs(r) for r in results]
+
+
+def _score_group(
+    gen: Generator,
+    group: Sequence[int],
+    p_ids: list[list[list[int]]],
+    a_ids: list[list[list[int]]],
+    prefix_len: Sequence[int],
+    results: list[list[np.ndarray]],
+) -> None:
+    """Prefix forward once for the group's queries, then suffix + answer for all their orderings."""
+    import torch
+
+    dev = gen.device
+    with_prefix = [q for q in group if prefix_len[q] > 0]
+    local = {q: j for j, q in enumerate(with_prefix)}
+    rows = [(q, m) for q in group for m in range(len(p_ids[q]))]
+    # rows without a usable prefix (one-token prompts) are scored without the cache
+    plain = [(q, m) for q, m in rows if prefix_len[q] == 0]
+    cached = [(q, m) for q, m in rows if prefix_len[q] > 0]
+    if plain:
+        res = _score_ids(gen, [p_ids[q][m] for q, m in plain], [a_ids[q][m] for q, m in plain])
+        for (q, m), r in zip(plain, res):
+            results[q][m] = r
+    if not with_prefix:
+        return
+    kv, pre_mask = _prefix_cache(gen, with_prefix, p_ids, prefix_len)
+    for b in chunks(len(cached), gen.batch_size):
+        sel = [cached[j] for j in b]
+        idx = torch.tensor([local[q] for q, _ in sel], device=dev, dtype=torch.long)
+        ids, mask = _layout(gen, [p_ids[q][m][prefix_len[q]:] for q, m in sel], [a_ids[q][m] for q, m in sel])
+        full_mask = torch.cat([pre_mask.index_select(0, idx), mask], dim=1)
+        offs = torch.tensor([prefix_len[q] for q, _ in sel], device=dev, dtype=torch.long)
+        out = _score_rows(gen, ids, full_mask, _positions(mask, offs), [a_ids[q][m] for q, m in sel],
+                          past=_chunk_cache(kv, idx))
+        for (q, m), r in zip(sel, out):
+            results[q][m] = r
+
+
+# ----------------------------------------------------------------------------- one prefill per ordering
+def _rounds(cands: Sequence[str | Sequence[str]], m: int, q: int) -> list[list[str]]:
+    out: list[list[str]] = []
+    for j, c in enumerate(cands):
+        if isinstance(c, str):
+            out.append([c] * m)
+        else:
+            c = [str(x) for x in c]
+            if len(c) != m:
+                raise ValueError(f"candidate round {j} of query {q} has {len(c)} answers for {m} orderings")
+            out.append(c)
+    return out
+
+
+def run_orderings(
+    gen: Generator,
+    questions: Sequence[str],
+    passages: Sequence[Sequence[Passage | str]],
+    orderings: Sequence[Sequence[Sequence[int]]],
+    candidates: CandidateFn | None = None,
+    max_new_tokens: int = 16,
+    stop: Sequence[str] | None = None,
+) -> list[OrderingRun]:
+    """:meth:`ragkit.generation.Generator.run_orderings` (see there)."""
+    import torch
+
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    stops = [s for s in (stop if stop is not None else gen.template.stop) if s]
+    prompts = ordering_prompts(gen, questions, passages, orderings)
+    n = len(prompts)
+    room = gen.max_length - max_new_tokens
+    if room < 1:
+        raise ValueError(f"max_new_tokens={max_new_tokens} leaves no room in the context window {gen.max_length}")
+    p_ids = [[fit_prompt_ids(p, room, f"query {q} ordering {m}", gen.max_length)
+              for m, p in enumerate(encode_prompts(gen.tokenizer, ps))] for q, ps in enumerate(prompts)]
+    prefix_len = [common_prefix_len(p) for p in p_ids]
+    use_cache = cache_ok(gen)
+    runs: list[OrderingRun | None] = [None] * n
+    plain = [q for q in range(n) if not use_cache or prefix_len[q] == 0]
+    if plain:
+        flat = [prompts[q][m] for q in plain for m in range(len(prompts[q]))]
+        outs = gen.generate(flat, max_new_tokens=max_new_tokens, stop=stops)
+        off = 0
+        for q in plain:
+            mq = len(prompts[q])
+            runs[q] = OrderingRun(answers=[gen.clean_answer(str(o)) for o in outs[off:off + mq]])
+            off += mq
+    # rows to score outside the cache: (query, ordering, round, answer)
+    fallback: list[tuple[int, int, int, str]] = []
+    cached_q = [q for q in range(n) if q not in set(plain)]
+    lps: dict[tuple[int, int, int], np.ndarray] = {}
+    with torch.inference_mode():
+        for g in progress(_groups([p_ids[q] for q in cached_q], gen.batch_size), show=gen.show_progress,
+                          desc="run orderings", leave=False):
+            group = [cached_q[j] for j in g]
+            _run_group(gen, group, prompts, p_ids, prefix_len, max_new_tokens, stops, candidates, runs,
+                       lps, fallback)
+    for q in plain:
+        run = runs[q]
+        assert run is not None
+        if candidates is not None:
+            run.candidates = _rounds(candidates(q, list(run.answers)), len(prompts[q]), q)
+            for j, rnd in enumerate(run.candidates):
+                fallback += [(q, m, j, c) for m, c in enumerate(rnd) if c.strip()]
+    if fallback:
+        res = score(gen, [prompts[q][m] for q, m, _, _ in fallback], [c for _, _, _, c in fallback])
+        for (q, m, j, _), r in zip(fallback, res.token_logprobs):
+            lps[(q, m, j)] = r
+    out: list[OrderingRun] = []
+    for q in range(n):
+        run = runs[q]
+        assert run is not None
+        for j, rnd in enumerate(run.candidates):
+            run.scores.append(ScoreResult.from_token_logprobs(
+                [lps.get((q, m, j), np.empty(0)) for m in range(len(rnd))]))
+        out.append(run)
+    return out
+
+
+def _run_group(
+    gen: Generator,
+    group: Sequence[int],
+    prompts: Sequence[Sequence[str]],
+    p_ids: Sequence[Sequence[Sequence[int]]],
+    prefix_len: Sequence[int],
+    max_new_tokens: int,
+    stops: Sequence[str],
+    candidates: CandidateFn | None,
+    runs: list[OrderingRun | None],
+    lps: dict[tuple[int, int, int], np.ndarray],
+    fallback: list[tuple[int, int, int, str]],
+) -> None:
+    """Prefix once, each ordering's suffix once + greedy decoding, then candidates from the caches."""
+    import torch
+
+    dev = gen.device
+    local = {q: j for j, q in enumerate(group)}
+    kv, pre_mask = _prefix_cache(gen, group, p_ids, prefix_len)
+    rows = [(q, m) for q in group for m in range(len(p_ids[q]))]
+    states = []
+    tokens: dict[tuple[int, int], tuple[list[int], list[float]]] = {}
+    for b in chunks(len(rows), gen.batch_size):
+        sel = [rows[j] for j in b]
+        idx = torch.tensor([local[q] for q, _ in sel], device=dev, dtype=torch.long)
+        ids, mask = _layout(gen, [p_ids[q][m][prefix_len[q]:] for q, m in sel], [[] for _ in sel])
+        full_mask = torch.cat([pre_mask.index_select(0, idx), mask], dim=1)
+        offs = torch.tensor([prefix_len[q] for q, _ in sel], device=dev, dtype=torch.long)
+        pos = _positions(mask, offs)
+        cache = _chunk_cache(kv, idx)
+        new, logps = decode_loop(gen, cache, ids, full_mask, pos, max_new_tokens, stops)
+        for (q, m), t, lp in zip(sel, new, logps):
+            tokens[(q, m)] = (t, lp)
+        if candidates is not None:
+            width = full_mask.shape[1]
+            cache.crop(width - 1)  # the prompt without its last token, which each round re-feeds
+            states.append((sel, cache, full_mask[:, :-1], ids[:, -1], pos[:, -1]))
+    for q in group:
+        texts = [finish_text(gen, tokens[(q, m)][0], stops) for m in range(len(p_ids[q]))]
+        runs[q] = OrderingRun(answers=[gen.clean_answer(t) for t in texts])
+    if candidates is None:
+        return
+    for q in group:
+        run = runs[q]
+        assert run is not None
+        run.candidates = _rounds(candidates(q, list(run.answers)), len(p_ids[q]), q)
+    for sel, cache, mask, last_tok, last_pos in states:
+        width = mask.shape[1]
+        n_rounds = max(len(runs[q].candidates) for q, _ in sel)  # type: ignore[union-attr]
+        for j in range(n_rounds):
+            need: list[list[int]] = []
+            for q, m in sel:
+                run = runs[q]
+                assert run is not None
+                c = run.candidates[j][m] if j < len(run.candidates) else ""
+                a: list[int] = []
+                if c.strip():
+                    p_joint, a_ids = encode_answers(gen.tokenizer, [prompts[q][m]],
+                                                    [answer_text(prompts[q][m], c, m)])
+                    gen_t, gen_lp = tokens[(q, m)]
+                    if not a_ids[0] or p_joint[0] != list(p_ids[q][m]):
+                        fallback.append((q, m, j, c))
+                    elif gen_t[:len(a_ids[0])] == a_ids[0]:  # the greedy answer itself: its log-probs are known
+                        lps[(q, m, j)] = np.asarray(gen_lp[:len(a_ids[0])], dtype=np.float64)
+                    else:
+                        a = a_ids[0]
+                need.append(a)
+            if not any(need):
+                continue
+            wa = max(len(a) for a in need)
+            ids = torch.full((len(sel), 1 + wa), gen._pad_id, dtype=torch.long)
+            new_mask = torch.zeros((len(sel), 1 + wa), dtype=torch.long)
+            for r, a in enumerate(need):
+                if a:
+                    ids[r, 1:1 + len(a)] = torch.tensor(a, dtype=torch.long)
+                    new_mask[r, : 1 + len(a)] = 1
+            ids, new_mask = ids.to(dev), new_mask.to(dev)
+            ids[:, 0] = last_tok
+            pos = last_pos[:, None] + torch.arange(1 + wa, device=dev)[None, :]
+            logits, _ = forward_logits(gen, ids, torch.cat([mask, new_mask], dim=1), pos, past=cache, keep=1 + wa)
+            cache.crop(width)
+            lsm = logits[:, :wa] - torch.logsumexp(logits[:, :wa], dim=-1, keepdim=True)
+            for r, ((q, m), a) in enumerate(zip(sel, need)):
+                if a:
+                    lps[(q, m, j)] = lsm[r, torch.arange(len(a), device=dev),
+                                         torch.tensor(a, device=dev)].double().cpu().numpy()
