@@ -11,7 +11,15 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Passage", "Query", "Hit", "RankedList", "QARecord", "as_passages", "as_query"]
+__all__ = ["Passage", "Query", "Hit", "RankedList", "QARecord", "RagkitError", "as_passages", "as_query"]
+
+
+class RagkitError(Exception):
+    """An error in what ragkit was asked to do (bad input, a missing file, a refused write).
+
+    Its message names the problem and the fix; the command line prints it as one line
+    (``ragkit: error: <message>``) and exits with status 1. Subclass it for specific cases.
+    """
 
 
 @dataclass(frozen=True)

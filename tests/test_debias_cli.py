@@ -18,7 +18,7 @@ def test_rerank_cli(tiny_lm_dir, tmp_path, capsys) -> None:
     assert rc == 0
     res = json.loads(out.read_text())
     assert sorted(r["id"] for r in res["ranking"]) == ["x0", "x1", "x2"] and len(res["orderings"]) == 2
-    assert main(["rerank", "--query", "q", "--passages", str(f), "--budget", "0"]) == 1
+    assert main(["rerank", "--query", "q", "--passages", str(f), "--budget", "0"]) == 2  # a usage error
     assert "budget" in capsys.readouterr().err
     empty = tmp_path / "e.jsonl"
     empty.write_text("")

@@ -233,13 +233,13 @@ def test_cli_train_writes_a_loadable_student(tiny_encoder_dir: Path, tmp_path: P
     labels = tmp_path / "labels.jsonl"
     write_labels(labels, _keyword_labels(6, 3, seed=7))
     out = tmp_path / "student"
-    report = tmp_path / "report.json"
-    rc = main(["--quiet", "distill", "--labels", str(labels), "--out", str(out), "--base-model",
+    rc = main(["distill", "--labels", str(labels), "--out", str(out), "--base-model",
                str(tiny_encoder_dir), "--epochs", "1", "--lr", "1e-3", "--max-length", "32",
-               "--device", "cpu", "--json", str(report)])
+               "--device", "cpu", "--json"])
     assert rc == 0
-    assert "trained ranknet student on 6 questions" in capsys.readouterr().out
-    assert json.loads(report.read_text())["num_queries"] == 6
+    captured = capsys.readouterr()
+    assert "trained ranknet student on 6 questions" in captured.err  # --json: summary on stderr
+    assert json.loads(captured.out)["num_queries"] == 6  # stdout holds only the JSON report
     student = DistilledReranker.load(out, device="cpu")
     assert len(student.rank("a question?", ["one", "two zebra"])) == 2
 

@@ -69,8 +69,8 @@ def test_dense_index_via_cli(corpus_file: Path, tmp_path: Path, tiny_encoder_dir
 def test_cli_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["search", "--index", str(tmp_path / "missing"), "-q", "x"]) == 1
     assert "no index folder" in capsys.readouterr().err
-    assert main(["search", "-q", "x", "-k", "0"]) == 1
-    assert "-k must be a positive integer" in capsys.readouterr().err
+    assert main(["search", "-q", "x", "-k", "0"]) == 2  # a usage error, before any work
+    assert "-k/--k: must be >= 1, got 0" in capsys.readouterr().err
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"id": "a", "text": "x"}\n{"id": "a", "text": "y"}\n')
     assert main(["index", "--corpus", str(bad), "--out", str(tmp_path / "o")]) == 1

@@ -1,80 +1,148 @@
-"""The ``ragkit`` command line.
+"""The ``ragkit`` command line: the top layer, it imports the library and nothing imports it.
 
-Each sub-package contributes its sub-commands through a ``_cli.py`` module with a
-``register(subparsers)`` function; handlers import their heavy dependencies lazily so that
-``ragkit --help`` stays fast. Commands print results to stdout and can write JSON.
+One module per command group, each with ``register(subparsers)``:
+
+========================  ==========================================
+``ragkit.cli.index``      ``index``, ``search``
+``ragkit.cli.rerank``     ``rerank``, ``bias-profile``
+``ragkit.cli.ask``        ``ask``
+``ragkit.cli.eval``       ``eval`` (+ ``eval sweep``, ``eval consistency``)
+``ragkit.cli.train``      ``train cord``, ``train psgrpo``
+``ragkit.cli.distill``    ``distill`` (+ ``distill labels``)
+``ragkit.cli.serve``      ``serve`` (a reranker over HTTP)
+========================  ==========================================
+
+Shared argument groups and the one way to print/write a result live in
+:mod:`ragkit.cli._common`. Handlers import heavy dependencies lazily so ``ragkit --help`` is fast.
+
+Errors: a :class:`~ragkit.types.RagkitError`, ``ValueError``, ``FileNotFoundError``,
+``RuntimeError`` or ``OSError`` is printed as one line ``ragkit: error: <message>`` (exit 1);
+any other exception is a bug: one line and "run again with -v for the traceback" (exit 1), or
+the traceback itself with ``-v``.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
-import json
 import logging
+import os
 import sys
-from collections.abc import Sequence
+import traceback
+from collections.abc import Callable, Sequence
 from typing import Any
 
-__all__ = ["main", "emit"]
+from ragkit.cli import ask, distill, index, rerank, serve, train
+from ragkit.cli import eval as eval_cmd
+from ragkit.cli._common import add_verbosity_args, emit
+from ragkit.types import RagkitError
 
-_COMMAND_MODULES = (
-    "ragkit.retrievers._cli",   # index, search
-    "ragkit.debias._cli",       # rerank, ask, bias-profile
-    "ragkit.eval._cli",         # eval (+ sweep, consistency)
-    "ragkit.training._cli",     # train cord|psgrpo, distill
-)
+__all__ = ["main", "build_parser", "emit"]
+
+_GROUPS = (index, rerank, ask, eval_cmd, train, distill, serve)
+
+_USER_ERRORS = (RagkitError, ValueError, FileNotFoundError, RuntimeError, OSError)
 
 
-def emit(result: Any, json_path: str | None = None, as_json: bool = False) -> None:
-    """Print ``result`` (as JSON with ``as_json``) and optionally write it to ``json_path``."""
-    if as_json:
-        print(json.dumps(result, indent=2, ensure_ascii=False, default=str))
-    if json_path:
-        from ragkit.io import atomic_write_text
+def _version() -> str:
+    from ragkit import __version__
 
-        atomic_write_text(json_path, json.dumps(result, indent=2, ensure_ascii=False, default=str))
+    return __version__
+
+
+def _subparsers_of(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    out: list[argparse.ArgumentParser] = []
+    for action in parser._actions:  # argparse keeps sub-parsers only here
+        if isinstance(action, argparse._SubParsersAction):
+            for sp in dict.fromkeys(action.choices.values()):  # aliases map to the same parser
+                out.append(sp)
+                out.extend(_subparsers_of(sp))
+    return out
+
+
+def _show_help(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace], int]:
+    def show(args: argparse.Namespace) -> int:
+        parser.print_help()
+        return 2
+
+    return show
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``ragkit`` parser with every command group registered."""
     parser = argparse.ArgumentParser(
         prog="ragkit",
         description="Order- and wording-robust retrieval-augmented generation.",
     )
-    parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv: debug)")
-    parser.add_argument("--quiet", action="store_true", help="no progress bars")
+    parser.add_argument("--version", action="version", version=f"ragkit {_version()}")
+    add_verbosity_args(parser, top=True)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in _COMMAND_MODULES:
-        try:
-            mod = importlib.import_module(name)
-        except ModuleNotFoundError as e:  # a sub-package without commands yet
-            if e.name != name:
-                raise
-            continue
-        mod.register(sub)
+    for group in _GROUPS:
+        group.register(sub)
+    for sp in _subparsers_of(parser):
+        if "--quiet" not in sp._option_string_actions:
+            add_verbosity_args(sp)
+        if sp.get_default("func") is None:  # a group without a handler of its own: list its commands
+            sp.set_defaults(func=_show_help(sp))
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``ragkit`` console script."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    level = logging.WARNING - 10 * min(args.verbose, 2)
-    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
-    if args.quiet:
-        import os
+def _check_device(args: argparse.Namespace) -> None:
+    """``--device cuda`` on a machine without CUDA: say so before any model loads."""
+    dev = str(getattr(args, "device", "") or "")
+    if dev.startswith("cuda"):
+        import torch
 
+        if not torch.cuda.is_available():
+            raise RagkitError(f"--device {dev}: this machine has no CUDA device; run on the CPU with "
+                              "--device cpu (or --device auto, which picks CUDA when there is one)")
+
+
+def _check_out(args: argparse.Namespace) -> None:
+    """An ``--out`` file that is a folder is refused before any work (not after a whole evaluation)."""
+    out = getattr(args, "out", None)
+    if out and getattr(args, "_out_is_folder", True) is False and os.path.isdir(out):
+        raise RagkitError(f"--out {out} is a folder; pass a file path, e.g. --out {os.path.join(out, 'result.json')}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``ragkit`` console script (and ``python -m ragkit.cli``)."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:  # --help, --version (0) and usage errors (2, already printed by argparse)
+        return int(e.code or 0) if not isinstance(e.code, str) else 2
+    verbose = int(getattr(args, "verbose", 0) or 0)
+    level = logging.WARNING - 10 * min(verbose, 2)
+    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    if getattr(args, "quiet", False):
         os.environ["RAGKIT_NO_PROGRESS"] = "1"
         os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"  # also silences transformers' weight-loading bar
-    if not getattr(args, "func", None):
+    func: Any = getattr(args, "func", None)
+    if func is None:
         parser.print_help()
         return 2
+    if getattr(args, "_data_file_required", False) and not getattr(args, "data_file", None):
+        print(f"ragkit {args.command}: error: the following arguments are required: --data-file", file=sys.stderr)
+        return 2
     try:
-        rc = args.func(args)
-    except (ValueError, OSError, RuntimeError) as e:
-        print(f"ragkit: error: {e}", file=sys.stderr)
+        _check_out(args)
+        _check_device(args)
+        rc = func(args)
+    except KeyboardInterrupt:
+        print("ragkit: interrupted", file=sys.stderr)
+        return 130
+    except _USER_ERRORS as e:
+        if verbose:
+            traceback.print_exc()
+        msg = " ".join(str(e).split()) or type(e).__name__
+        print(f"ragkit: error: {msg}", file=sys.stderr)
+        return 1
+    except Exception as e:  # a bug: its traceback helps, but only when asked for
+        if verbose:
+            traceback.print_exc()
+        else:
+            msg = " ".join(str(e).split())
+            print(f"ragkit: error: {type(e).__name__}: {msg} (an unexpected error; "
+                  "run again with -v for the traceback)", file=sys.stderr)
         return 1
     return int(rc or 0)
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

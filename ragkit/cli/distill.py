@@ -7,7 +7,7 @@ Usage::
     # 2. train the student cross-encoder (embedded MiniLM by default)
     ragkit distill --labels labels.jsonl --out students/minilm-moi --loss ranknet --epochs 2
     # 3. use it
-    ragkit rerank --reranker students/minilm-moi ...
+    ragkit rerank --reranker student:students/minilm-moi ...
 
 ``ragkit distill train ...`` is the same as ``ragkit distill ...`` (step 2).
 """
@@ -17,26 +17,23 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-_DATASETS = ("auto", "hotpotqa", "msmarco", "nq-open")
+from ragkit.cli._common import add_data_args, add_output_args, emit, positive_int
 
 
 def _add_train_args(p: argparse.ArgumentParser, required: bool) -> None:
     p.add_argument("--labels", required=required, help="label file (JSONL) from `ragkit distill labels`")
-    p.add_argument("--out", required=required, help="folder for the trained student (written atomically)")
-    p.add_argument("--overwrite", action="store_true",
-                   help="replace another ragkit artifact or a file at --out (never a folder of other files)")
     p.add_argument("--base-model", default=None,
                    help="encoder to start from: sentence-transformers/HF path or hub id (default: embedded MiniLM)")
     p.add_argument("--loss", default="ranknet", choices=("ranknet", "listnet", "lambdaloss"),
                    help="pairwise RankNet (default) or listwise ListNet / LambdaLoss")
     p.add_argument("--epochs", type=float, default=2.0, help="passes over the labels (default 2)")
-    p.add_argument("--batch-size", type=int, default=4, help="questions per optimisation step (default 4)")
+    p.add_argument("--batch-size", type=positive_int, default=4, help="questions per optimisation step (default 4)")
     p.add_argument("--lr", type=float, default=2e-5, help="AdamW learning rate (default 2e-5)")
-    p.add_argument("--max-length", type=int, default=256, help="token limit of a (question, passage) pair")
+    p.add_argument("--max-length", type=positive_int, default=256, help="token limit of a (question, passage) pair")
     p.add_argument("--temperature", type=float, default=1.0, help="target temperature (z-scored u / T)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="auto")
-    p.add_argument("--json", dest="json_path", default=None, help="also write the training report here")
+    add_output_args(p, folder=True, required=required, out_help="folder for the trained student (written atomically)")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -56,25 +53,21 @@ def register(sub: argparse._SubParsersAction) -> None:
     t.set_defaults(func=_train)
 
     lab = dsub.add_parser("labels", help="label training questions with MoI (gold outcome); resumable")
-    lab.add_argument("--data-file", required=True,
-                     help="HotpotQA JSONL, MS MARCO QnA JSON, or NQ-open JSONL(.gz) with answers and passages")
-    lab.add_argument("--dataset", default="auto", choices=_DATASETS,
-                     help="format of --data-file (auto: told from the file's content)")
-    lab.add_argument("--out", required=True, help="label file (JSONL); existing question ids are skipped")
-    lab.add_argument("--limit", type=int, default=None, help="first N questions of the data file")
+    add_data_args(lab, required=True)
     lab.add_argument("--model", default=None, help="generator (default: embedded SmolLM2-135M-Instruct)")
     lab.add_argument("--design", default="cyclic", choices=("cyclic", "prior", "random"))
     lab.add_argument("--profile", default=None, help="position-bias profile JSON (default: flat)")
-    lab.add_argument("--batch-queries", type=int, default=4, help="questions per batched MoI call")
+    lab.add_argument("--batch-queries", type=positive_int, default=4, help="questions per batched MoI call")
     lab.add_argument("--passage-max-tokens", type=int, default=None, help="truncate each passage in the prompt")
+    lab.add_argument("--passage-tokens", dest="passage_max_tokens", type=int, help=argparse.SUPPRESS)
     lab.add_argument("--no-resume", action="store_true", help="replace --out instead of appending to it")
     lab.add_argument("--device", default="auto")
-    lab.add_argument("--json", dest="json_path", default=None, help="also write the run summary here")
+    add_output_args(lab, required=True, result=False,
+                    out_help="label file (JSONL) to append to; question ids already in it are skipped")
     lab.set_defaults(func=_labels)
 
 
 def _train(args: argparse.Namespace) -> int:
-    from ragkit.cli import emit
     from ragkit.training.distill import train_student
 
     if not args.labels or not args.out:
@@ -93,45 +86,18 @@ def _train(args: argparse.Namespace) -> int:
         device=args.device,
         overwrite=args.overwrite,
     )
-    report = res.to_dict()
-    print(
-        f"trained {args.loss} student on {res.num_queries} questions ({res.num_pairs} pairs) in "
-        f"{res.seconds:.1f} s; training loss {res.initial_loss:.4f} -> {res.final_loss:.4f}; saved to {args.out}"
-    )
-    emit(report, args.json_path)
+    emit(res.to_dict(), args,
+         f"trained {args.loss} student on {res.num_queries} questions ({res.num_pairs} pairs) in "
+         f"{res.seconds:.1f} s; training loss {res.initial_loss:.4f} -> {res.final_loss:.4f}; saved to {args.out}")
     return 0
 
 
-def _infer_dataset(path: str, dataset: str) -> str:
-    if dataset != "auto":
-        return dataset
-    from ragkit.datasets import detect_format
-
-    return detect_format(path)
-
-
-def _load_records(path: str, dataset: str, limit: int | None) -> list[Any]:
-    name = _infer_dataset(path, dataset)
-    if name == "hotpotqa":
-        from ragkit.datasets import load_hotpotqa
-
-        return load_hotpotqa(path, limit)
-    from ragkit import datasets as ds
-
-    loader = getattr(ds, "load_dataset", None)
-    if loader is None:
-        raise RuntimeError(f"this ragkit cannot read {name!r} files yet (ragkit.datasets.load_dataset is missing)")
-    return loader(name, path=path, limit=limit)
-
-
 def _labels(args: argparse.Namespace) -> int:
-    from ragkit.cli import emit
+    from ragkit.datasets import load_dataset
     from ragkit.generation import Generator
     from ragkit.training.labels import generate_labels
 
-    if args.limit is not None and args.limit < 1:
-        raise ValueError(f"--limit must be >= 1, got {args.limit}")
-    records = _load_records(args.data_file, args.dataset, args.limit)
+    records = load_dataset(args.dataset or "auto", args.data_file, limit=args.limit)
     gen_kw: dict[str, Any] = {"device": args.device}
     if args.passage_max_tokens is not None:
         gen_kw["passage_max_tokens"] = args.passage_max_tokens
@@ -150,10 +116,8 @@ def _labels(args: argparse.Namespace) -> int:
         design=args.design,
         moi_kwargs=moi_kwargs,
     )
-    print(
-        f"labelled {stats.written} questions ({stats.skipped_existing} already there, "
-        f"{stats.skipped_unusable} without answer/passages) in {stats.seconds:.1f} s "
-        f"({stats.seconds_per_question:.1f} s/question) -> {stats.path}"
-    )
-    emit(stats.to_dict(), args.json_path)
+    emit(stats.to_dict(), args,
+         f"labelled {stats.written} questions ({stats.skipped_existing} already there, "
+         f"{stats.skipped_unusable} without answer/passages) in {stats.seconds:.1f} s "
+         f"({stats.seconds_per_question:.1f} s/question) -> {stats.path}")
     return 0

@@ -1,4 +1,4 @@
-"""``ragkit eval`` (+ ``ragkit eval sweep``, ``ragkit eval consistency``)."""
+"""``ragkit eval`` (+ ``ragkit eval sweep``, ``ragkit eval consistency``): the evaluation commands."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ragkit.cli._common import add_data_args, add_k_arg, add_model_args, add_output_args, emit, positive_int
 from ragkit.datasets import detect_format
 
 logger = logging.getLogger(__name__)
@@ -36,12 +37,8 @@ def _ints(s: str) -> tuple[int, ...]:
 
 
 def _add_common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", default=None, help="generator: hub id, local folder or .gguf (default: embedded SmolLM2)")
-    p.add_argument("--device", default="auto")
-    p.add_argument("--template", default="auto", help="prompt template: auto (chat when the model has one), short, chat, plain")
-    p.add_argument("--passage-max-tokens", type=int, default=None, help="cut each passage to this many tokens")
-    p.add_argument("--max-new-tokens", type=int, default=None, help="answer length budget")
-    p.add_argument("--batch-size", type=int, default=8)
+    add_model_args(p)
+    p.add_argument("--max-new-tokens", type=positive_int, default=16, help="answer length budget (default 16)")
     p.add_argument("--seed", type=int, default=0)
 
 
@@ -56,18 +53,18 @@ def register(sub: argparse._SubParsersAction) -> None:
             "generator, writing ragkit-eval-report.json and .md in the current directory."
         ),
     )
-    p.add_argument("--dataset", default=None, help="hotpotqa | msmarco | nq-open (default: bundled HotpotQA sample)")
-    p.add_argument("--data-file", default=None, help="local dataset file (default: the hub, or the bundled sample)")
+    add_data_args(p, dataset_help="hotpotqa | msmarco | nq-open (default: told from --data-file; "
+                                  "neither given: the bundled HotpotQA sample)")
     p.add_argument("--split", default=None, help="hub split (default validation)")
     p.add_argument("--setting", default=None, help="hotpotqa: distractor|fullwiki; msmarco: v1.1|v2.1")
-    p.add_argument("--limit", type=int, default=None, help="first N questions")
     p.add_argument("--retriever", default="given", choices=("given", "bm25", "dense", "hybrid"))
     p.add_argument("--embedder", default=None, help="dense/hybrid encoder (default: embedded MiniLM)")
     p.add_argument("--methods", type=_methods, default=("none",), help="comma-separated, e.g. none,moi,voting")
-    p.add_argument("--k", type=int, default=10, help="passages per question")
-    p.add_argument("--chunk-size", type=int, default=8, help="questions per run_many call / partial-file append")
-    p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples for 95%% intervals")
-    p.add_argument("--out", default=None, help="JSON report (default ragkit-eval-report.json)")
+    add_k_arg(p, default=10)
+    p.add_argument("--chunk-size", type=positive_int, default=8,
+                   help="questions per run_many call / partial-file append")
+    p.add_argument("--bootstrap", type=positive_int, default=1000, help="bootstrap resamples for 95%% intervals")
+    add_output_args(p, out_help="JSON report (default ragkit-eval-report.json)")
     p.add_argument("--report", default=None, help="markdown report (default: --out with .md)")
     p.add_argument("--plot", default=None, metavar="DIR", help="write PNG bar plots here")
     p.add_argument("--resume", action=argparse.BooleanOptionalAction, default=True,
@@ -78,26 +75,27 @@ def register(sub: argparse._SubParsersAction) -> None:
     esub = p.add_subparsers(dest="eval_command", metavar="{sweep,consistency}")
     s = esub.add_parser("sweep", help="lost-in-the-middle position sweep on NQ-open (oracle format)")
     s.add_argument("--data-file", required=True, help="NQ-open oracle JSONL(.gz) with gold passages")
-    s.add_argument("--limit", type=int, default=100, help="questions to sweep (distractors come from the whole file)")
-    s.add_argument("--k", type=_ints, default=(10, 20), help="context sizes, e.g. 10,20")
+    s.add_argument("--data", dest="data_file", help=argparse.SUPPRESS)
+    s.add_argument("--limit", type=positive_int, default=100,
+                   help="questions to sweep (distractors come from the whole file; default 100)")
+    add_k_arg(s, default=(10, 20), help="context sizes, e.g. 10,20", type=_ints)
     s.add_argument("--slots", type=_ints, default=None, help="0-based gold slots (default 0,k/4,k/2,3k/4,k-1)")
     s.add_argument("--no-generate", action="store_true", help="log-prob outcome only (no EM)")
-    s.add_argument("--out", default="ragkit-sweep.json")
+    add_output_args(s, default="ragkit-sweep.json", out_help="JSON result (default ragkit-sweep.json)")
     s.add_argument("--plot", default=None, help="PNG curve path")
     _add_common(s)
     s.set_defaults(func=_run_sweep)
 
     c = esub.add_parser("consistency", help="retriever / generator / end-to-end consistency across paraphrases")
-    c.add_argument("--dataset", default=None)
-    c.add_argument("--data-file", default=None)
-    c.add_argument("--limit", type=int, default=20)
+    add_data_args(c, limit=20, dataset_help="hotpotqa | msmarco | nq-open (default: told from --data-file; "
+                                            "neither given: the bundled HotpotQA sample)")
     c.add_argument("--retriever", default="bm25", choices=("given", "bm25", "dense", "hybrid"))
     c.add_argument("--embedder", default=None)
-    c.add_argument("--k", type=int, default=5)
-    c.add_argument("--n-paraphrases", type=int, default=4)
+    add_k_arg(c, default=5, help="passages per question")
+    c.add_argument("--n-paraphrases", type=positive_int, default=4)
     c.add_argument("--paraphraser", default="auto", choices=("auto", "data", "rule", "llm"))
     c.add_argument("--similarity", default="bleu2", choices=("bleu2", "f1", "rougel"))
-    c.add_argument("--out", default="ragkit-consistency.json")
+    add_output_args(c, default="ragkit-consistency.json", out_help="JSON result (default ragkit-consistency.json)")
     _add_common(c)
     c.set_defaults(func=_run_consistency)
 
@@ -122,7 +120,7 @@ def _run_eval(args: argparse.Namespace) -> int:
         dataset=dataset, data_file=args.data_file, sample=sample, limit=limit, split=args.split,
         setting=args.setting, retriever=args.retriever, methods=args.methods, k=args.k, model=args.model,
         embedder=args.embedder, template=args.template, passage_max_tokens=pmt,
-        max_new_tokens=args.max_new_tokens or 16, batch_size=args.batch_size, chunk_size=args.chunk_size,
+        max_new_tokens=args.max_new_tokens, batch_size=args.batch_size, chunk_size=args.chunk_size,
         seed=args.seed, n_bootstrap=args.bootstrap, device=args.device,
     )
     out = args.out or DEFAULT_REPORT
@@ -133,16 +131,16 @@ def _run_eval(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     report = run_eval(cfg, out=out, report_md=args.report, plot_dir=args.plot, resume=args.resume)
     header, rows = eval_table(report)
-    print(markdown_table(header, rows), end="")
     md = args.report or str(Path(out).with_suffix(".md"))
-    print(f"\n{report['n_questions']} questions in {time.perf_counter() - t0:.1f} s; wrote {out} and {md}")
+    emit(report, args, markdown_table(header, rows)
+         + f"\n{report['n_questions']} questions in {time.perf_counter() - t0:.1f} s; wrote {out} and {md}",
+         write=False)  # run_eval wrote --out
     return 0
 
 
 def _run_sweep(args: argparse.Namespace) -> int:
     from ragkit.datasets import load_nq_open
     from ragkit.eval.report import markdown_table
-    from ragkit.io import write_json
     from ragkit.eval.sweep import position_sweep
 
     pool = load_nq_open(args.data_file)
@@ -150,26 +148,24 @@ def _run_sweep(args: argparse.Namespace) -> int:
     gen = _generator(args)
     t0 = time.perf_counter()
     res = position_sweep(gen, recs, k=args.k, slots=args.slots, pool=pool, seed=args.seed,
-                         max_new_tokens=args.max_new_tokens or 16, generate=not args.no_generate)
+                         max_new_tokens=args.max_new_tokens, generate=not args.no_generate)
     d = res.to_dict()
     d["wall_seconds"] = round(time.perf_counter() - t0, 2)
     d["config"].update({"data_file": args.data_file, "passage_max_tokens": args.passage_max_tokens,
                         "template": args.template})
     if args.plot:
         d["plot"] = res.plot(args.plot)
-    write_json(args.out, d)
     rows = [[r["setting"], r["k"] if r["k"] is not None else "-", r["slot"] + 1 if r["slot"] is not None else "-",
              f"{r['subspan_em']:.3f}", f"{r['logprob']:.3f}", r["n"]] for r in res.rows]
-    print(markdown_table(["setting", "k", "gold position", "best-subspan EM", "gold mean log-prob", "n"], rows), end="")
-    print(json.dumps(res.summary, indent=1))
-    print(f"wrote {args.out}" + (f" and {args.plot}" if args.plot else ""))
+    text = (markdown_table(["setting", "k", "gold position", "best-subspan EM", "gold mean log-prob", "n"], rows)
+            + json.dumps(res.summary, indent=1) + f"\nwrote {args.out}" + (f" and {args.plot}" if args.plot else ""))
+    emit(d, args, text)
     return 0
 
 
 def _run_consistency(args: argparse.Namespace) -> int:
-    from ragkit.eval.consistency import evaluate_consistency, paraphrase_sets
     from ragkit.datasets import load_dataset, pooled_corpus, sample_records
-    from ragkit.io import write_json
+    from ragkit.eval.consistency import evaluate_consistency, paraphrase_sets
     from ragkit.eval.runner import EvalConfig, _build_retriever
 
     if args.dataset is None and args.data_file is None:
@@ -185,14 +181,12 @@ def _run_consistency(args: argparse.Namespace) -> int:
     paras = paraphrase_sets(recs, n=args.n_paraphrases, source=args.paraphraser, generator=gen, seed=args.seed)
     t0 = time.perf_counter()
     rep = evaluate_consistency(gen, recs, paras, retriever=retr, k=args.k, similarity=args.similarity,
-                               max_new_tokens=args.max_new_tokens or 16)
+                               max_new_tokens=args.max_new_tokens)
     d = rep.to_dict()
-    d["config"] = {k: v for k, v in vars(args).items() if k != "func"}
+    d["config"] = {k: v for k, v in vars(args).items() if k != "func" and not k.startswith("_")}
     d["wall_seconds"] = round(time.perf_counter() - t0, 2)
-    write_json(args.out, d)
-    for key in ("retriever_consistency", "generator_consistency", "end_to_end_consistency", "em", "f1",
-                "em_paraphrases", "f1_paraphrases"):
-        v = d[key]
-        print(f"{key:24s} {'-' if v is None else f'{v:.3f}'}")
-    print(f"wrote {args.out}")
+    lines = [f"{key:24s} {'-' if d[key] is None else format(d[key], '.3f')}"
+             for key in ("retriever_consistency", "generator_consistency", "end_to_end_consistency", "em", "f1",
+                         "em_paraphrases", "f1_paraphrases")]
+    emit(d, args, "\n".join([*lines, f"wrote {args.out}"]))
     return 0

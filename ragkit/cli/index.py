@@ -1,4 +1,4 @@
-"""``ragkit index`` and ``ragkit search``.
+"""``ragkit index`` and ``ragkit search``: build and query BM25 / dense / hybrid indexes.
 
 Examples
 --------
@@ -18,6 +18,8 @@ import textwrap
 import time
 from typing import Any
 
+from ragkit.cli._common import add_k_arg, add_output_args, emit, positive_int
+
 logger = logging.getLogger(__name__)
 
 __all__ = ["register", "cmd_index", "cmd_search"]
@@ -30,10 +32,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Index a corpus (JSONL lines {\"id\", \"text\", \"title\"?}); without --corpus "
                     "the bundled HotpotQA sample corpus is indexed.")
     p.add_argument("--corpus", help="corpus JSONL file (.gz ok); default: bundled sample")
-    p.add_argument("--out", required=True,
-                   help="index folder to write: new, empty or a previous ragkit index (replaced atomically)")
-    p.add_argument("--overwrite", action="store_true",
-                   help="replace another ragkit artifact or a file at --out (never a folder of other files)")
     p.add_argument("--kind", choices=("bm25", "dense", "hybrid"), default="bm25")
     p.add_argument("--embedder", default=None,
                    help="sentence-transformers name or path (default: embedded all-MiniLM-L6-v2)")
@@ -45,8 +43,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--no-stopwords", action="store_true", help="BM25 keeps stopwords")
     p.add_argument("--fusion", choices=("rrf", "minmax"), default="rrf", help="hybrid fusion")
     p.add_argument("--device", default="auto", help="encoder device (auto, cpu, cuda, ...)")
-    p.add_argument("--batch-size", type=int, default=64, help="encoder batch size")
-    p.add_argument("--json", action="store_true", help="print a JSON summary")
+    p.add_argument("--batch-size", type=positive_int, default=64, help="encoder batch size (default 64)")
+    add_output_args(p, folder=True, required=True,
+                    out_help="index folder to write: new, empty or a previous ragkit index (replaced atomically)")
     p.set_defaults(func=cmd_index)
 
     s = subparsers.add_parser(
@@ -56,12 +55,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     s.add_argument("--index", default=None, help="index folder written by `ragkit index`")
     s.add_argument("--query", "-q", action="append", required=True,
                    help="query text (repeat for several queries; they are searched in one batch)")
-    s.add_argument("-k", type=int, default=10, help="hits per query (default 10)")
+    add_k_arg(s, default=10, help="hits per query")
     s.add_argument("--embedder", default=None,
                    help="expected embedder of a dense index (error if it was built with another)")
     s.add_argument("--device", default="auto", help="encoder device for dense indexes")
-    s.add_argument("--json", action="store_true", help="print results as JSON")
-    s.add_argument("--out", default=None, help="also write the JSON results to this file")
+    add_output_args(s, out_help="also write the JSON results to this file")
     s.set_defaults(func=cmd_search)
 
 
@@ -86,7 +84,6 @@ def _build_retriever(args: argparse.Namespace) -> Any:
 
 def cmd_index(args: argparse.Namespace) -> int:
     """Handler of ``ragkit index``."""
-    from ragkit.cli import emit
     from ragkit.io import check_writable_dir, read_jsonl
     from ragkit.types import Passage
 
@@ -106,11 +103,8 @@ def cmd_index(args: argparse.Namespace) -> int:
     retriever.save(args.out, overwrite=args.overwrite)
     summary = {"out": str(args.out), "kind": retriever.kind, "n_docs": len(retriever),
                "corpus": source, "index_seconds": round(t_index, 3), "params": retriever.params}
-    if args.json:
-        emit(summary, None, True)
-    else:
-        print(f"indexed {len(retriever)} passages from {source} ({retriever.kind}) "
-              f"in {t_index:.1f} s -> {args.out}")
+    emit(summary, args, f"indexed {len(retriever)} passages from {source} ({retriever.kind}) "
+                        f"in {t_index:.1f} s -> {args.out}")
     return 0
 
 
@@ -134,11 +128,8 @@ def format_table(results: list[dict[str, Any]], width: int = 72) -> str:
 
 def cmd_search(args: argparse.Namespace) -> int:
     """Handler of ``ragkit search``."""
-    from ragkit.cli import emit
     from ragkit.retrievers import BM25Retriever, load_retriever
 
-    if args.k <= 0:
-        raise ValueError(f"-k must be a positive integer, got {args.k}")
     if args.index:
         kw: dict[str, Any] = {"device": args.device} if args.device != "auto" else {}
         if args.embedder:
@@ -156,8 +147,5 @@ def cmd_search(args: argparse.Namespace) -> int:
     results = [{"query": q, "hits": [_hit_row(h) for h in rl]} for q, rl in zip(args.query, lists)]
     out = {"index": source, "kind": retriever.kind, "k": args.k,
            "search_seconds": round(elapsed, 4), "results": results}
-    if not args.json:
-        print(f"# {source} ({retriever.kind}, {len(retriever)} passages)\n")
-        print(format_table(results))
-    emit(out, args.out, args.json)
+    emit(out, args, f"# {source} ({retriever.kind}, {len(retriever)} passages)\n\n{format_table(results)}")
     return 0

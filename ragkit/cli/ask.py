@@ -1,0 +1,44 @@
+"""``ragkit ask``: retrieve, rerank (MoI by default) and answer one question."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from ragkit.cli._common import add_k_arg, add_model_args, add_output_args, emit
+from ragkit.cli.rerank import add_moi_args, profile_from_args
+
+__all__ = ["register"]
+
+
+def _ask(args: argparse.Namespace) -> int:
+    from ragkit.pipeline import RAGPipeline
+
+    if not args.question.strip():
+        raise ValueError("the question is empty; write it in quotes: ragkit ask \"Who wrote Hamlet?\"")
+    moi_kwargs: dict[str, Any] = {}
+    if not args.no_moi:
+        moi_kwargs = {"design": args.design, "budget": args.budget, "outcome": args.outcome,
+                      "profile": profile_from_args(args)}
+    rag = RAGPipeline.default(index=args.index, model=args.model, use_moi=not args.no_moi, k=args.k,
+                              device=args.device, passage_max_tokens=args.passage_max_tokens, **moi_kwargs)
+    res = rag.ask(args.question)
+    result: dict[str, Any] = {"index": args.index or "bundled HotpotQA sample (BM25)",
+                              "moi": rag.moi is not None, **res.to_dict()}
+    lines = [f"Answer: {result['answer']}"]
+    lines += [f"{r['rank']:>3}  {r['id']}  (retriever rank {r['retriever_rank']})" for r in result["passages"]]
+    emit(result, args, "\n".join(lines))
+    return 0
+
+
+def register(subparsers: Any) -> None:
+    """Add ``ask``."""
+    a = subparsers.add_parser("ask", help="retrieve, rerank with MoI and answer a question")
+    a.add_argument("question")
+    a.add_argument("--index", default=None, help="a saved ragkit index (default: BM25 over the bundled sample)")
+    add_k_arg(a, default=10, help="passages to retrieve")
+    add_moi_args(a)
+    a.add_argument("--no-moi", action="store_true", help="answer from the retriever order")
+    add_model_args(a, template=False, batch_size=None)
+    add_output_args(a, out_help="also write the JSON result to this file")
+    a.set_defaults(func=_ask)
