@@ -29,6 +29,7 @@ from transformers import TrainerCallback
 
 from ragkit.io import ARTIFACT_MARKER, artifact_kind, atomic_dir, check_writable_dir, write_json
 from ragkit.training.config import RESUME_MAY_CHANGE, settings_diff
+from ragkit.types import RagkitError
 
 __all__ = [
     "CheckpointError",
@@ -53,7 +54,7 @@ FINAL_KIND = "model"
 """Artifact kind of a trained model folder (``output_dir/final``)."""
 
 
-class CheckpointError(ValueError):
+class CheckpointError(RagkitError, ValueError):
     """A checkpoint cannot be resumed: damaged, or trained with other settings (the message says which)."""
 
 

@@ -410,8 +410,7 @@ class CORDConfig(TrainingArguments):
     model: str | None = field(default=None, metadata={
         "help": "Model to fine-tune: hub id, folder or .gguf file (default: the embedded SmolLM2-135M-Instruct)."})
     data_file: str | None = field(default=None, metadata={
-        "help": "Training data: HotpotQA JSONL (distractor), MS MARCO QnA JSON or NQ-open JSONL.",
-        "aliases": ["--data"]})
+        "help": "Training data: HotpotQA JSONL (distractor), MS MARCO QnA JSON or NQ-open JSONL."})
     dataset: Literal["hotpotqa", "msmarco", "nq-open"] | None = field(default=None, metadata={
         "help": "Format of --data_file (default: detected from its content)."})
     limit: int | None = field(default=None, metadata={"help": "Use the first N records of the data file."})
@@ -423,8 +422,7 @@ class CORDConfig(TrainingArguments):
                 "consistency: CE + lambda * symmetric JS; shuffle: CE on a uniformly shuffled order "
                 "(position-randomised baseline); score_aware: CE on the score-aware perturbed order; "
                 "ce: CE on the retriever order."})
-    lam: float = field(default=1.0, metadata={"help": "lambda, weight of the KL / JS term.",
-                                              "aliases": ["--lambda"]})
+    lam: float = field(default=1.0, metadata={"help": "lambda, weight of the KL / JS term."})
     ce_on: Literal["original", "both"] = field(default="original", metadata={
         "help": "CE on the retriever order only (the paper's form) or the mean over both orderings."})
     gamma: float = field(default=1.0, metadata={
@@ -453,12 +451,11 @@ class CORDConfig(TrainingArguments):
     output_dir: str | None = field(default=None, metadata={
         "help": "Run folder: checkpoints, final/ model, cord_settings.json, cord_summary.json (required)."})
     learning_rate: float = field(default=1e-4, metadata={
-        "help": "Peak learning rate of AdamW (linear decay); about 2e-4 suits LoRA, 2e-5 full fine-tuning.",
-        "aliases": ["--lr"]})
+        "help": "Peak learning rate of AdamW (linear decay); about 2e-4 suits LoRA, 2e-5 full fine-tuning."})
     per_device_train_batch_size: int = field(default=2, metadata={
-        "help": "Examples per device step (rows = 2x for the paired losses).", "aliases": ["--batch-size"]})
+        "help": "Examples per device step (rows = 2x for the paired losses)."})
     gradient_accumulation_steps: int = field(default=1, metadata={
-        "help": "Gradient accumulation steps.", "aliases": ["--grad-accum"]})
+        "help": "Gradient accumulation steps."})
     max_steps: int = field(default=100, metadata={"help": "Optimisation steps."})
     save_steps: float = field(default=50, metadata={"help": "Save a checkpoint every N steps."})
     logging_steps: float = field(default=10, metadata={"help": "Log every N steps."})
@@ -468,7 +465,7 @@ class CORDConfig(TrainingArguments):
     resume_from_checkpoint: str | None = field(default=None, metadata={
         "help": "Resume from this checkpoint folder, or 'last' (the newest checkpoint in output_dir; "
                 "--resume alone means last). Refused when the saved settings differ.",
-        "aliases": ["--resume"], "nargs": "?", "const": "last"})
+        "nargs": "?", "const": "last"})
 
     def __post_init__(self) -> None:
         if self.output_dir is None:
@@ -642,15 +639,19 @@ def train_cord(examples: Sequence[Example] | None, config: CORDConfig) -> dict[s
     from ragkit.io import write_json
     from ragkit.training.checkpoint import check_resume, prepare_run_dir, save_final_model
 
-    out = prepare_run_dir(config.output_dir, kind="cord-run", legacy_files=("cord_settings.json",))
-    settings = config.settings()
-    resume = check_resume(config.resume_from_checkpoint, out, settings, settings_file="cord_settings.json")
-    if resume.finished_summary("cord_summary.json", config.max_steps) is not None:
-        logger.info("%s already finished %d steps; keeping its summary", out, config.max_steps)
-        return resume.finished_summary("cord_summary.json", config.max_steps)  # type: ignore[return-value]
     if examples is None:
         if not config.data_file:
             raise ValueError("no training data: pass --data_file FILE (or set data_file in --config)")
+        if not Path(config.data_file).is_file():
+            raise FileNotFoundError(f"training data file {config.data_file} does not exist")
+    out = prepare_run_dir(config.output_dir, kind="cord-run", legacy_files=("cord_settings.json",))
+    settings = config.settings()
+    resume = check_resume(config.resume_from_checkpoint, out, settings, settings_file="cord_settings.json")
+    done = resume.finished_summary("cord_summary.json", config.max_steps)
+    if done is not None:
+        logger.info("%s already finished %d steps; keeping its summary", out, config.max_steps)
+        return done
+    if examples is None:
         from ragkit.training.data import load_examples
 
         examples = load_examples(config.data_file, dataset=config.dataset, limit=config.limit, k=config.k)

@@ -406,8 +406,7 @@ class PSGRPOConfig(GRPOConfig):
     model: str | None = field(default=None, metadata=_help(
         "Policy: hub id, folder or .gguf file (default: the embedded SmolLM2-135M-Instruct)."))
     data_file: str | None = field(default=None, metadata=_help(
-        "Training data: HotpotQA JSONL, ragkit QA JSONL {id, question, answers, passages} or paraphrase-set JSONL.",
-        aliases=["--data"]))
+        "Training data: HotpotQA JSONL, ragkit QA JSONL {id, question, answers, passages} or paraphrase-set JSONL."))
     limit: int | None = field(default=None, metadata=_help("Use the first N questions of the data file."))
     paraphrases: int = field(default=4, metadata=_help("Members per paraphrase set n, the original included."))
     paraphraser: Literal["rule", "llm"] = field(default="rule", metadata=_help(
@@ -438,7 +437,7 @@ class PSGRPOConfig(GRPOConfig):
     output_dir: str | None = field(default=None, metadata=_help(
         "Run folder: checkpoints, final/ model, psgrpo_settings.json, psgrpo_summary.json (required)."))
     num_generations: int | None = field(default=4, metadata=_help(
-        "Rollouts g per wording (GRPO group size).", aliases=["--generations"]))
+        "Rollouts g per wording (GRPO group size)."))
     max_completion_length: int | None = field(default=16, metadata=_help("New tokens per rollout."))
     temperature: float = field(default=1.0, metadata=_help("Rollout sampling temperature."))
     top_p: float = field(default=1.0, metadata=_help("Rollout nucleus sampling (1 = off)."))
@@ -484,7 +483,7 @@ class PSGRPOConfig(GRPOConfig):
     per_device_train_batch_size: int | None = field(default=None, metadata=_help(
         "Derived: sets_per_batch * paraphrases * num_generations (setting another value is an error)."))
     learning_rate: float = field(default=1e-6, metadata=_help(
-        "Learning rate (TRL's GRPO default; about 1e-4 suits LoRA).", aliases=["--lr"]))
+        "Learning rate (TRL's GRPO default; about 1e-4 suits LoRA)."))
     lr_scheduler_type: str = field(default=GRPO_OPTIONS["lr_scheduler_type"], metadata=_help(
         "Learning-rate schedule."))
     max_steps: int = field(default=50, metadata=_help("Optimisation steps."))
@@ -498,7 +497,7 @@ class PSGRPOConfig(GRPOConfig):
     resume_from_checkpoint: str | None = field(default=None, metadata=_help(
         "Resume from this checkpoint folder, or 'last' (the newest checkpoint in output_dir; "
         "--resume alone means last). Refused when the saved settings differ.",
-        aliases=["--resume"], nargs="?", const="last"))
+        nargs="?", const="last"))
 
     def __post_init__(self) -> None:
         if self.output_dir is None:
@@ -687,6 +686,8 @@ def train_psgrpo(
     from ragkit.training.checkpoint import check_resume, prepare_run_dir, save_final_model
     from ragkit.training.models import load_for_training
 
+    if sets is None and config.data_file and not Path(config.data_file).is_file():
+        raise FileNotFoundError(f"training data file {config.data_file} does not exist")
     out = prepare_run_dir(config.output_dir, kind="psgrpo-run", legacy_files=("psgrpo_summary.json",))
     settings = config.settings()
     if similarity is not None:
@@ -696,12 +697,14 @@ def train_psgrpo(
     if done is not None:
         logger.info("%s already finished %d steps; keeping its summary", out, config.max_steps)
         return done
+    if sets is None and config.paraphraser != "llm":
+        sets = build_training_sets(config)  # before the model loads: bad data is reported at once
     policy, tok, path = load_for_training(config.model, dtype=config.dtype, device="cpu",
                                           stop_at_newline=config.stop_at_newline)
     gen = Generator.from_components(policy, tok, name=path, template=config.template,
                                     passage_max_tokens=config.passage_max_tokens, show_progress=False)
     if sets is None:
-        sets = build_training_sets(config)
+        sets = build_training_sets(config, generator=gen)
     bad = [s.set_id for s in sets if len(s) != config.n]
     if bad:
         raise ValueError(f"{len(bad)} set(s) (e.g. {bad[0]!r}) do not have paraphrases={config.n} members; "
