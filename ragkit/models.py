@@ -8,14 +8,19 @@ Defaults work offline:
   de-quantised once (about 20-40 s) and saved as safetensors under the cache dir
   (``$RAGKIT_CACHE`` or ``~/.cache/ragkit``); later loads take well under a second.
 
-Any Hugging Face hub id or local path can be given instead of a default name.
+Any Hugging Face hub id or local path can be given instead of a default name. A user ``.gguf``
+file is converted once into ``<cache>/models/<stem>-<digest>``, where the digest is SHA-256 of
+the file's resolved path, size and modification time (``st_mtime_ns``): stable across processes,
+cheap (the multi-GB file is not read) and changed when the file is replaced.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import logging
 import os
+import re
 import shutil
 import tempfile
 import threading
@@ -34,6 +39,8 @@ __all__ = [
     "DEFAULT_GENERATOR",
     "MissingDefaultModelError",
     "cache_dir",
+    "check_device",
+    "gguf_cache_folder",
     "resolve_device",
     "resolve_dtype",
     "resolve_embedder_path",
@@ -65,8 +72,24 @@ class MissingDefaultModelError(RuntimeError):
 def cache_dir() -> Path:
     """ragkit's cache folder: ``$RAGKIT_CACHE`` or ``~/.cache/ragkit`` (created)."""
     root = Path(os.environ.get("RAGKIT_CACHE") or Path.home() / ".cache" / "ragkit")
-    root.mkdir(parents=True, exist_ok=True)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise PermissionError(f"cannot create the ragkit cache folder {root} ({e.strerror or e}); "
+                              "set RAGKIT_CACHE to a writable folder") from None
     return root
+
+
+def _check_writable(folder: Path) -> None:
+    """Fail early (before a long conversion) when ``folder`` cannot be written."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".ragkit-write-test-", dir=folder)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise PermissionError(f"the ragkit cache folder {folder} is not writable ({e.strerror or e}); "
+                              "set RAGKIT_CACHE to a writable folder") from None
 
 
 # ----------------------------------------------------------------------------- device / dtype
@@ -80,6 +103,15 @@ def resolve_device(device: str | None = "auto") -> str:
 
         return "cuda" if torch.cuda.is_available() else "cpu"
     return str(device)
+
+
+def check_device(device: str) -> None:
+    """Raise a clear error when ``device`` names CUDA and no CUDA device is present."""
+    if str(device).startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ValueError(f"CUDA is not available (device {device!r} was asked for); use --device cpu or auto")
 
 
 def resolve_dtype(dtype: str | torch.dtype | None, device: str) -> torch.dtype:
@@ -128,6 +160,7 @@ def load_embedder(name: str | None = None, device: str = "auto") -> SentenceTran
 
     path = resolve_embedder_path(name)
     dev = resolve_device(device)
+    check_device(dev)
     key = (path, dev)
     with _lock:
         if key not in _embedders:
@@ -166,7 +199,7 @@ def _convert_gguf_to_safetensors(gguf_dir: Path, gguf_file: str, out: Path) -> N
         del model.config.quantization_config
     model.hf_quantizer = None
     model.is_quantized = False
-    out.parent.mkdir(parents=True, exist_ok=True)
+    _check_writable(out.parent)
     tmp = Path(tempfile.mkdtemp(prefix=out.name + ".tmp-", dir=out.parent))
     try:
         model.save_pretrained(tmp, safe_serialization=True)
@@ -180,6 +213,26 @@ def _convert_gguf_to_safetensors(gguf_dir: Path, gguf_file: str, out: Path) -> N
         raise
 
 
+def gguf_cache_folder(path: str | Path) -> Path:
+    """The cache folder of a user ``.gguf`` file: ``<cache>/models/<stem>-<digest>``.
+
+    ``digest`` = the first 16 hex digits of SHA-256 over ``"<resolved path>\\0<size>\\0<st_mtime_ns>"``:
+    the same file maps to the same folder in every process, a replaced file to a new one.
+    """
+    p = Path(path).resolve()
+    st = p.stat()
+    key = f"{p}\0{st.st_size}\0{st.st_mtime_ns}".encode()
+    return cache_dir() / "models" / f"{p.stem}-{hashlib.sha256(key).hexdigest()[:16]}"
+
+
+_HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
+
+
+def _looks_like_path(name: str) -> bool:
+    """Not a hub id (``name`` or ``org/name``): a path that should exist locally."""
+    return name.endswith(".gguf") or not _HUB_ID.match(name)
+
+
 def resolve_generator_path(name: str | None = None) -> str:
     """Return a folder or hub id that ``AutoModelForCausalLM.from_pretrained`` can load.
 
@@ -190,16 +243,32 @@ def resolve_generator_path(name: str | None = None) -> str:
     if name is None or name.lower() in _GENERATOR_ALIASES:
         src_dir, gguf = _smollm_gguf_dir(), _SMOLLM_GGUF
         out = cache_dir() / "models" / DEFAULT_GENERATOR
-    elif name.endswith(".gguf") and Path(name).is_file():
-        p = Path(name).resolve()
+    elif name.endswith(".gguf") and Path(name).expanduser().is_file():
+        p = Path(name).expanduser().resolve()
         src_dir, gguf = p.parent, p.name
-        out = cache_dir() / "models" / (p.stem + f"-{abs(hash(str(p))) % 10**8}")
+        out = gguf_cache_folder(p)
     else:
         return name
     with _lock:
         if not (out / "config.json").exists():
+            _check_writable(out.parent)
             _convert_gguf_to_safetensors(src_dir, gguf, out)
     return str(out)
+
+
+def _check_model_name(name: str) -> str:
+    """A local folder with ``config.json`` or a hub id; anything else gets a clear error."""
+    p = Path(name).expanduser()
+    if p.is_dir():
+        if not (p / "config.json").is_file():
+            raise ValueError(f"{name} is not a model folder (it has no config.json); pass a folder saved by "
+                             "save_pretrained, a .gguf file or a hub id")
+        return name
+    if p.exists():
+        raise ValueError(f"{name} is a file, not a model; pass a model folder, a .gguf file or a hub id")
+    if _looks_like_path(name):
+        raise FileNotFoundError(f"no such model folder: {name}")
+    return name
 
 
 def load_generator(
@@ -214,12 +283,21 @@ def load_generator(
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    path = resolve_generator_path(name)
     dev = resolve_device(device)
+    check_device(dev)
+    path = _check_model_name(resolve_generator_path(name))
     dt = resolve_dtype(dtype, dev)
     logger.info("loading generator %s on %s (%s)", path, dev, dt)
-    tok = AutoTokenizer.from_pretrained(path)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=dt)
+    try:
+        tok = AutoTokenizer.from_pretrained(path)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dt)
+    except OSError as e:
+        if Path(path).is_dir():
+            raise ValueError(f"cannot load the model in {path}: {e}") from None
+        offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes")
+        why = "offline (HF_HUB_OFFLINE is set)" if offline else "not reachable or has no such model"
+        raise FileNotFoundError(f"{path!r} is not a local folder and the Hugging Face hub is {why}; "
+                                "pass a local model folder or a .gguf file") from None
     model.to(dev)
     model.eval()
     if tok.pad_token is None:

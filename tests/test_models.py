@@ -101,3 +101,96 @@ def test_load_embedded_generator() -> None:
         out = model(**ids)
     assert out.logits.shape[-1] >= len(tok) - 1000
     assert torch.isfinite(out.logits).all()
+
+
+# ----------------------------------------------------------------------------- stable .gguf cache, clear errors
+_MAP_GGUF = (
+    "import sys; from ragkit import models; "
+    "print(models.gguf_cache_folder(sys.argv[1])); print(models.resolve_generator_path(sys.argv[1]))"
+)
+
+
+def test_gguf_cache_folder_is_stable_across_processes(tmp_path: Path) -> None:
+    import os
+    import subprocess
+
+    gguf = tmp_path / "my-model.gguf"
+    gguf.write_bytes(b"GGUF not a real model")
+    env = {**os.environ, "RAGKIT_CACHE": str(tmp_path / "cache")}
+    first = subprocess.run(
+        [sys.executable, "-c", "import sys; from ragkit import models; print(models.gguf_cache_folder(sys.argv[1]))",
+         str(gguf)], env=env, capture_output=True, text=True, check=True).stdout.strip()
+    folder = Path(first)
+    assert folder.parent == tmp_path / "cache" / "models" and folder.name.startswith("my-model-")
+    # a finished conversion in that folder: the second process reuses it (a real conversion of this
+    # fake file would fail), and maps the file to the same folder
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text("{}")
+    out = subprocess.run([sys.executable, "-c", _MAP_GGUF, str(gguf)], env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == [first, first]
+    assert sorted(p.name for p in (tmp_path / "cache" / "models").iterdir()) == [folder.name]
+    # a replaced file (new size/mtime) gets a new folder
+    gguf.write_bytes(b"GGUF another file, longer")
+    os.utime(gguf, ns=(1_000_000_000, 1_000_000_000))
+    monkeypatch_env = {**os.environ, "RAGKIT_CACHE": str(tmp_path / "cache")}
+    again = subprocess.run(
+        [sys.executable, "-c", "import sys; from ragkit import models; print(models.gguf_cache_folder(sys.argv[1]))",
+         str(gguf)], env=monkeypatch_env, capture_output=True, text=True, check=True).stdout.strip()
+    assert again != first
+
+
+def test_unwritable_cache_fails_before_conversion(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"GGUF")
+    calls: list[str] = []
+    monkeypatch.setattr(models, "_convert_gguf_to_safetensors", lambda *a: calls.append("converted"))
+    # a cache "folder" below a regular file cannot be created, even by root
+    (tmp_path / "a-file").write_text("x")
+    monkeypatch.setenv("RAGKIT_CACHE", str(tmp_path / "a-file" / "cache"))
+    with pytest.raises(PermissionError, match="RAGKIT_CACHE"):
+        models.resolve_generator_path(str(gguf))
+    if os.geteuid() != 0:  # a read-only folder (root ignores permissions)
+        ro = tmp_path / "ro"
+        ro.mkdir()
+        ro.chmod(0o500)
+        monkeypatch.setenv("RAGKIT_CACHE", str(ro))
+        try:
+            with pytest.raises(PermissionError, match="not writable.*RAGKIT_CACHE"):
+                models.resolve_generator_path(str(gguf))
+        finally:
+            ro.chmod(0o700)
+    assert calls == []
+
+
+def test_cuda_without_cuda_is_a_clear_error(monkeypatch: pytest.MonkeyPatch, tiny_lm_dir: Path) -> None:
+    from ragkit.generation import Generator
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    loaded: list[str] = []
+    import transformers
+
+    real = transformers.AutoModelForCausalLM.from_pretrained
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained",
+                        lambda *a, **k: loaded.append("weights") or real(*a, **k))
+    with pytest.raises(ValueError, match="CUDA is not available.*--device cpu or auto"):
+        Generator(str(tiny_lm_dir), device="cuda")
+    with pytest.raises(ValueError, match="CUDA is not available"):
+        models.load_embedder("default", device="cuda:0")
+    assert loaded == []
+
+
+def test_bad_model_names_are_clear_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(FileNotFoundError, match="no such model folder: .*nope"):
+        models.load_generator(str(tmp_path / "nope"), device="cpu")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match="not a model folder.*config.json"):
+        models.load_generator(str(tmp_path / "empty"), device="cpu")
+    (tmp_path / "notes.txt").write_text("hello")
+    with pytest.raises(ValueError, match="is a file, not a model"):
+        models.load_generator(str(tmp_path / "notes.txt"), device="cpu")
+    with pytest.raises(FileNotFoundError, match="hub is offline.*local model folder or a .gguf"):
+        models.load_generator("no-such-org/no-such-model-xyz", device="cpu")
