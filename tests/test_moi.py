@@ -75,6 +75,43 @@ def test_moi_outcomes(gen, outcome) -> None:
     assert sorted(res[0].ranking.ids()) == [f"d{i}" for i in range(4)]
 
 
+ORDERS4 = [[0, 1, 2, 3], [3, 2, 1, 0], [2, 3, 0, 1], [1, 0, 3, 2]]
+
+
+def test_gold_outcome_is_the_best_alias(gen) -> None:
+    """Issue 14.9: the gold outcome is the element-wise MAX over the aliases (not the min, not the first)."""
+    from ragkit.debias.outcomes import gold_outcomes
+
+    q, ps = "Which word is number 1?", _passages(4)
+    aliases = ["bravo", "the word bravo is here"]
+    per = [np.asarray(gen.score_orderings([q], [ps], [ORDERS4], [a])[0].mean) for a in aliases]
+    assert not np.allclose(per[0], per[1])
+    (res,) = gold_outcomes(gen, [q], [ps], [ORDERS4], [aliases])
+    assert np.allclose(res.values, np.maximum(per[0], per[1]), atol=1e-5)
+    assert not np.allclose(res.values, np.minimum(per[0], per[1]), atol=1e-5)
+    assert res.target == aliases[int(np.argmax([p.mean() for p in per]))]
+    assert res.generator_calls == 2 * len(ORDERS4)
+
+
+def test_consensus_tie_break_by_mean_logprob(gen) -> None:
+    """Issue 14.9: tied majority answers are all scored; the higher mean log-prob wins even when seen second."""
+    from ragkit.debias.outcomes import consensus_outcomes
+
+    q, ps = "Which word is number 2?", _passages(4)
+    sc = {c: np.asarray(gen.score_orderings([q], [ps], [ORDERS4], [c])[0].mean) for c in ("bravo", "delta echo")}
+    worse, better = sorted(sc, key=lambda c: float(sc[c].mean()))
+    assert sc[better].mean() > sc[worse].mean()
+    (res,) = consensus_outcomes(gen, [q], [ps], [ORDERS4], sampled=[[worse, better, worse + ".", better.upper()]])
+    assert res.target == better  # 2 votes each (normalised); the better-scored one wins the tie
+    assert np.allclose(res.values, sc[better], atol=1e-5)
+    assert res.generator_calls == 2 * len(ORDERS4)  # both tied candidates scored, no generation counted
+    (maj,) = consensus_outcomes(gen, [q], [ps], [ORDERS4], sampled=[[worse, worse, better, worse]])
+    assert maj.target == worse and np.allclose(maj.values, sc[worse], atol=1e-5)  # a majority is not a tie
+    (first,) = consensus_outcomes(gen, [q], [ps], [ORDERS4], sampled=[[worse, better, worse, better]],
+                                  max_tied=1)
+    assert first.target == worse  # max_tied=1 keeps the first seen
+
+
 def test_gold_outcome_needs_answers(gen) -> None:
     with pytest.raises(ValueError, match="reference answer"):
         MoI(gen, outcome="gold").run_many(["q?"], [_passages(3)], generate_answer=False)
