@@ -59,6 +59,7 @@ import numpy as np
 import torch
 from transformers import Trainer, TrainerCallback, TrainingArguments
 
+from ragkit.generation.fitting import fit_prompt_ids
 from ragkit.training.config import apply_warmup_ratio, settings_dict
 from ragkit.training.data import Example
 from ragkit.training.perturb import OrderPerturbation, kendall_tau
@@ -275,8 +276,9 @@ class CORDCollator:
     For a batch of ``B`` examples the output holds ``2B`` rows for the paired losses (rows
     ``0..B−1``: retriever order, ``B..2B−1``: perturbed) and ``B`` rows for ``ce`` (retriever order)
     and ``shuffle`` / ``score_aware`` (perturbed order). Every row is ``prompt ids + answer ids``,
-    right-padded; prompts and answers are tokenised exactly as
-    :meth:`ragkit.generation.Generator.score` does.
+    right-padded; prompt and answer are tokenised together and split by character offsets
+    (:meth:`ragkit.generation.Generator.encode_answers`), exactly as
+    :meth:`ragkit.generation.Generator.score` does, and an over-long prompt keeps its last tokens.
 
     Output keys: ``input_ids``, ``attention_mask`` ``(R, L)``; ``answer_pos`` ``(R, T)`` (index of
     the hidden state predicting each answer token; padding repeats the first one); ``answer_ids``
@@ -353,18 +355,19 @@ class CORDCollator:
             row_orders = ident
         row_ex = [examples[r % len(examples)] for r in range(len(row_orders))]
         prompts = [gen.build_prompt(ex.question, [ex.passages[int(i)] for i in o]) for ex, o in zip(row_ex, row_orders)]
-        p_ids = gen._encode_prompts(prompts)
-        ans_text = [gen._answer_text(prompts[i], ex.answer, i) for i, ex in enumerate(examples)]
-        a_ids = [a[: self.max_answer_tokens] for a in gen._encode_texts(ans_text)]
-        for i, a in enumerate(a_ids):
-            if not a:
-                raise ValueError(f"example {examples[i].id!r}: the answer tokenises to nothing")
+        # prompt + answer tokenised together and split by offsets, exactly as Generator.score does
+        p_ids, row_a = gen.encode_answers(prompts, [ex.answer for ex in row_ex])
         b = len(examples)
+        for r, a in enumerate(row_a):
+            if not a:
+                raise ValueError(f"example {row_ex[r].id!r}: the answer tokenises to nothing")
+            if a != row_a[r % b]:
+                raise ValueError(f"example {row_ex[r].id!r}: the answer tokenises differently after the two "
+                                 "orderings' prompts; the template must end the same way for every ordering")
+        a_ids = [a[: self.max_answer_tokens] for a in row_a[:b]]
         t_max = max(len(a) for a in a_ids)
-        rows = [p[: max(1, gen.max_length - len(a_ids[r % b]))] if len(p) + len(a_ids[r % b]) > gen.max_length
-                else p for r, p in enumerate(p_ids)]
-        if any(len(r_) != len(p) for r_, p in zip(rows, p_ids)):
-            logger.warning("some prompts exceed the context window (%d tokens) and were cut", gen.max_length)
+        rows = [fit_prompt_ids(list(p), gen.max_length - len(a_ids[r % b]), f"example {row_ex[r].id!r} prompt",
+                               gen.max_length) for r, p in enumerate(p_ids)]
         seqs = [p + a_ids[r % b] for r, p in enumerate(rows)]
         width = max(len(s) for s in seqs)
         pad = int(gen.tokenizer.pad_token_id)
