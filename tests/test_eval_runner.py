@@ -7,12 +7,13 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from ragkit.datasets import sample_records
-from ragkit.eval.runner import CRASH_ENV, EvalConfig, bootstrap_ci, candidates_for, run_eval
+from ragkit.eval.runner import EvalConfig, bootstrap_ci, candidates_for, run_eval
 
 
 @pytest.fixture(scope="module")
@@ -69,36 +70,78 @@ def test_resume_rejects_other_config(tmp_path: Path, tiny_gen) -> None:
     assert out.exists()
 
 
-def _cli(tiny_lm_dir: Path, out: Path, env_extra: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != CRASH_ENV}
-    env.update({"RAGKIT_NO_PROGRESS": "1", **(env_extra or {})})
-    cmd = [sys.executable, "-m", "ragkit.cli", "eval", "--model", str(tiny_lm_dir), "--limit", "5", "--k", "4",
-           "--passage-max-tokens", "16", "--max-new-tokens", "4", "--chunk-size", "2", "--bootstrap", "20",
-           "--device", "cpu", "--out", str(out)]
-    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+def _cli_cmd(tiny_lm_dir: Path, out: Path, limit: int) -> list[str]:
+    return [sys.executable, "-m", "ragkit.cli", "eval", "--model", str(tiny_lm_dir), "--limit", str(limit),
+            "--k", "4", "--passage-max-tokens", "16", "--max-new-tokens", "4", "--chunk-size", "2",
+            "--bootstrap", "20", "--device", "cpu", "--out", str(out)]
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "RAGKIT_NO_PROGRESS": "1"}
+
+
+def _kill_after_first_chunks(cmd: list[str], part: Path, min_lines: int) -> int:
+    """Start ``ragkit eval``, SIGKILL it from outside once the partial file has ``min_lines`` lines."""
+    proc = subprocess.Popen(cmd, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 600
+        while proc.poll() is None and time.monotonic() < deadline:
+            if part.exists() and len(part.read_text().splitlines()) >= min_lines:
+                proc.send_signal(signal.SIGKILL)
+                break
+            time.sleep(0.005)
+        return proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
 
 
 def test_kill_and_resume_matches_uninterrupted(tmp_path: Path, tiny_lm_dir: Path) -> None:
+    limit = 12
     # uninterrupted reference, in-process, with the configuration the CLI call below builds
     ref = tmp_path / "ref.json"
-    cfg = EvalConfig(sample=True, limit=5, k=4, model=str(tiny_lm_dir), passage_max_tokens=16, max_new_tokens=4,
-                     chunk_size=2, n_bootstrap=20, device="cpu")
+    cfg = EvalConfig(sample=True, limit=limit, k=4, model=str(tiny_lm_dir), passage_max_tokens=16,
+                     max_new_tokens=4, chunk_size=2, n_bootstrap=20, device="cpu")
     run_eval(cfg, out=ref, show_progress=False)
 
     out = tmp_path / "run.json"
     part = tmp_path / "run.json.partial.jsonl"
-    killed = _cli(tiny_lm_dir, out, {CRASH_ENV: "2"})  # SIGKILLs itself after 2 appended items
-    assert killed.returncode == -signal.SIGKILL
+    rc = _kill_after_first_chunks(_cli_cmd(tiny_lm_dir, out, limit), part, 1 + 2)  # killed from outside
+    assert rc == -signal.SIGKILL
     assert not out.exists()
     lines = part.read_text().splitlines()
-    assert len(lines) == 1 + 2  # fingerprint header + 2 finished questions
+    done = len(lines) - 1  # fingerprint header + finished questions, whole chunks of 2
+    assert 2 <= done < limit and done % 2 == 0
 
-    resumed = _cli(tiny_lm_dir, out)
+    resumed = subprocess.run(_cli_cmd(tiny_lm_dir, out, limit), env=_env(), capture_output=True, text=True,
+                             timeout=600)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     a = json.loads(ref.read_text())
     b = json.loads(out.read_text())
-    assert b["timing"]["resumed_items"] == 2
+    assert b["timing"]["resumed_items"] == done
     strip = lambda rows: [{k: v for k, v in r.items() if k != "seconds"} for r in rows]  # noqa: E731
     assert strip(b["outputs"]) == strip(a["outputs"])
     assert b["aggregate"]["none"]["f1"] == a["aggregate"]["none"]["f1"]
     assert not part.exists()
+
+
+def test_runner_holds_no_test_hooks() -> None:
+    import ragkit.eval.runner as runner
+
+    src = Path(runner.__file__).read_text()
+    assert "SIGKILL" not in src and "KILL_AFTER" not in src and "_BaselineNone" not in src
+
+
+def test_unknown_method_is_reported_before_any_model_loads(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="unknown method 'moi_prio'.*moi_prior.*student:PATH"):
+        EvalConfig(methods=("none", "moi_prio"))
+    with pytest.raises(ValueError, match="no such student folder"):
+        EvalConfig(methods=("student:" + str(tmp_path / "missing"),))
+    with pytest.raises(ValueError, match="listed twice"):
+        EvalConfig(methods=("none", "none"))
+    # through the CLI: the typo is the error, no model is loaded (the model path does not exist)
+    res = subprocess.run([sys.executable, "-m", "ragkit.cli", "eval", "--model", str(tmp_path / "no-model"),
+                          "--methods", "none,moi_prio", "--limit", "1", "--out", str(tmp_path / "r.json")],
+                         env=_env(), capture_output=True, text=True, timeout=300)
+    assert res.returncode != 0 and "moi_prio" in res.stderr and "moi_prior" in res.stderr
+    assert "no-model" not in res.stderr
