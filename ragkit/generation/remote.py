@@ -1,0 +1,502 @@
+"""``RemoteGenerator``: the generator contract over an OpenAI-compatible completions server.
+
+vLLM, SGLang, llama.cpp's server (``llama-cpp-python[server]``) and TGI speak the OpenAI
+``/v1/completions`` protocol. Generation is a plain completion request. Answer scoring follows
+lm-evaluation-harness (Gao et al., "A framework for few-shot language model evaluation", Zenodo
+10.5281/zenodo.10256836): the server is sent ``prompt + answer`` with ``echo=true``,
+``logprobs=1`` and ``max_tokens=1`` and returns the log-probability of every prompt token; the
+answer's log-likelihood is the sum over the continuation tokens,
+
+    log p(y | x) = Σ_{t=1..T} log p(y_t | x, y_<t),
+
+read from ``token_logprobs`` at the answer positions (the one generated token is ignored).
+The answer's tokens are found as the in-process :class:`~ragkit.generation.Generator` finds them:
+``prompt + answer`` is tokenised as one text and the tokens whose character span reaches past
+the prompt are the answer's. With ``prompt_format="tokens"`` the token ids are tokenised here
+and sent as the prompt (vLLM, SGLang), so the server reads exactly the tokens the local
+generator would; with ``"text"`` the server tokenises and the answer tokens are located by the
+returned ``text_offset`` (llama.cpp's server takes text prompts only). ``"auto"`` tries token
+ids and falls back to text when the server refuses them.
+
+Prompts are built locally with the same templates and passage fitting as the local generator
+(a tokenizer is needed: the served model's, from the hub, a folder or the served ``.gguf``).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ragkit.generation.base import ScoreResult
+from ragkit.generation.fitting import answer_text, encode_answers, encode_prompts, fit_passages
+from ragkit.generation.prompts import PromptTemplate, get_template
+from ragkit.io import progress
+from ragkit.text import extract_answer
+from ragkit.types import Passage, as_passages
+
+__all__ = ["RemoteGenerator", "RemoteServerError", "is_server_url"]
+
+logger = logging.getLogger(__name__)
+
+_PROMPT_FORMATS = ("auto", "tokens", "text")
+
+
+def is_server_url(model: str | None) -> bool:
+    """Whether ``model`` names a server (``http://`` or ``https://``) rather than local weights."""
+    return isinstance(model, str) and model.lower().startswith(("http://", "https://"))
+
+
+class RemoteServerError(RuntimeError):
+    """The completions server answered with an error or without what was asked for."""
+
+
+class RemoteGenerator:
+    """A generator backed by an OpenAI-compatible completions server.
+
+    Same public methods as :class:`ragkit.generation.Generator` (it satisfies
+    :class:`ragkit.generation.GeneratorLike`), so MoI, the sweep and ``ragkit eval`` run on it
+    unchanged; there are no local weights (``model`` is ``None``), so training needs the local
+    generator.
+
+    Parameters
+    ----------
+    base_url
+        ``http://HOST:PORT/v1`` (``/v1`` is appended when missing).
+    model
+        The served model's name (default: the first id in ``GET /v1/models``).
+    tokenizer
+        A Hugging Face tokenizer, or a hub id / folder / ``.gguf`` file to load one from
+        (default: the served model id, when it is one of those).
+    template, passage_max_tokens
+        As in :class:`~ragkit.generation.Generator`.
+    max_length
+        The server's context window in tokens (default: ``max_model_len`` from ``/v1/models``
+        when the server reports it, else 2048).
+    batch_size
+        Prompts per HTTP request (servers that take one prompt per request, such as
+        llama.cpp's, are detected and sent one each).
+    concurrency
+        Requests in flight at once.
+    prompt_format
+        ``"auto"``, ``"tokens"`` or ``"text"`` (see the module docstring).
+    api_key
+        Sent as ``Authorization: Bearer``.
+    timeout
+        Seconds per request.
+    max_retries, backoff
+        Transient failures (connection errors, 408/429/5xx) are retried ``max_retries`` times,
+        waiting ``backoff * 2**attempt`` seconds (or the server's ``Retry-After``).
+    show_progress
+        Progress bars (``None``: on unless ``RAGKIT_NO_PROGRESS`` is set).
+
+    Examples
+    --------
+    >>> gen = RemoteGenerator("http://127.0.0.1:8000/v1", tokenizer="HuggingFaceTB/SmolLM2-135M-Instruct")  # doctest: +SKIP
+    >>> gen.score([gen.build_prompt("Who wrote Hamlet?", ["Hamlet is by Shakespeare."])], ["Shakespeare"]).sum  # doctest: +SKIP
+    """
+
+    answer_reserve: int = 32
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str | None = None,
+        tokenizer: Any = None,
+        template: str | PromptTemplate = "auto",
+        batch_size: int = 16,
+        max_length: int | None = None,
+        passage_max_tokens: int | None = None,
+        concurrency: int = 4,
+        prompt_format: str = "auto",
+        api_key: str | None = None,
+        timeout: float = 120.0,
+        max_retries: int = 4,
+        backoff: float = 0.5,
+        show_progress: bool | None = None,
+    ) -> None:
+        try:
+            import httpx
+        except ImportError as e:  # pragma: no cover - depends on the environment
+            raise ImportError("RemoteGenerator needs httpx; install it with `pip install 'ragkit[remote]'`") from e
+        if not is_server_url(base_url):
+            raise ValueError(f"base_url must start with http:// or https://, got {base_url!r}")
+        if prompt_format not in _PROMPT_FORMATS:
+            raise ValueError(f"prompt_format must be one of {_PROMPT_FORMATS}, got {prompt_format!r}")
+        for name, v in (("batch_size", batch_size), ("concurrency", concurrency)):
+            if v < 1:
+                raise ValueError(f"{name} must be >= 1, got {v}")
+        if max_retries < 0 or backoff < 0:
+            raise ValueError("max_retries and backoff must be >= 0")
+        if passage_max_tokens is not None and passage_max_tokens < 1:
+            raise ValueError(f"passage_max_tokens must be >= 1 or None, got {passage_max_tokens}")
+        url = base_url.rstrip("/")
+        self.base_url = url if url.endswith("/v1") else url + "/v1"
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._client = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout)
+        self.max_retries = int(max_retries)
+        self.backoff = float(backoff)
+        self.batch_size = int(batch_size)
+        self.concurrency = int(concurrency)
+        self.prompt_format = prompt_format
+        self.show_progress = show_progress
+        self.passage_max_tokens = passage_max_tokens
+        self._lock = threading.Lock()
+        self._per_request = self.batch_size
+        info = self._models() if model is None or max_length is None else {}
+        if model is None:
+            ids = [m.get("id") for m in info.get("data", []) if isinstance(m, dict) and m.get("id")]
+            if not ids:
+                raise RemoteServerError(f"{self.base_url}/models lists no model; pass model=NAME")
+            model = str(ids[0])
+        self.name = str(model)
+        self.model = None  # no local weights
+        self.tokenizer = self._load_tokenizer(tokenizer if tokenizer is not None else self.name)
+        if max_length is None:
+            lens = [m.get("max_model_len") for m in info.get("data", []) if isinstance(m, dict)
+                    and m.get("id") == self.name and isinstance(m.get("max_model_len"), int)]
+            max_length = lens[0] if lens else 2048
+            if not lens:
+                logger.info("%s does not report its context window; assuming %d tokens (pass max_length)",
+                            self.base_url, max_length)
+        if max_length < self.answer_reserve + 8:
+            raise ValueError(f"max_length={max_length} is too small; use at least {self.answer_reserve + 8}")
+        self.max_length = int(max_length)
+        self.template = get_template(template, self.tokenizer)
+
+    # ------------------------------------------------------------------ setup helpers
+    def __repr__(self) -> str:
+        return (f"RemoteGenerator(base_url={self.base_url!r}, name={self.name!r}, template={self.template.name!r}, "
+                f"max_length={self.max_length})")
+
+    @property
+    def device(self) -> str:
+        """``"remote"``: the model runs on the server."""
+        return "remote"
+
+    def close(self) -> None:
+        """Close the HTTP connection pool."""
+        self._client.close()
+
+    def _models(self) -> dict[str, Any]:
+        return self._request("GET", "/models")
+
+    @staticmethod
+    def _load_tokenizer(spec: Any) -> Any:
+        if not isinstance(spec, (str, Path)):
+            return spec
+        from transformers import AutoTokenizer
+
+        s = str(spec)
+        try:
+            if s.endswith(".gguf") and Path(s).is_file():
+                p = Path(s)
+                return AutoTokenizer.from_pretrained(str(p.parent), gguf_file=p.name)
+            return AutoTokenizer.from_pretrained(s)
+        except Exception as e:  # noqa: BLE001 - any loading failure gets the same advice
+            raise ValueError(
+                f"cannot load a tokenizer from {s!r} ({type(e).__name__}: {e}); pass tokenizer=... (the served "
+                "model's hub id, a local folder or its .gguf file): prompts are built and answers located locally"
+            ) from e
+
+    # ------------------------------------------------------------------ HTTP
+    def _request(self, method: str, path: str, payload: dict[str, Any] | None = None) -> dict[str, Any]:
+        """One call with retries on connection errors, 408, 429 and 5xx (exponential back-off)."""
+        import httpx
+
+        last: str = ""
+        for attempt in range(self.max_retries + 1):
+            try:
+                r = self._client.request(method, path, json=payload)
+            except httpx.TransportError as e:
+                last = f"{type(e).__name__}: {e}"
+                wait = self.backoff * 2 ** attempt
+            else:
+                if r.status_code < 400:
+                    try:
+                        return r.json()
+                    except ValueError as e:
+                        raise RemoteServerError(f"{self.base_url}{path} answered non-JSON: {r.text[:200]!r}") from e
+                last = f"HTTP {r.status_code}: {r.text[:500]}"
+                if r.status_code not in (408, 429) and r.status_code < 500:
+                    raise RemoteServerError(f"{method} {self.base_url}{path} failed with {last}")
+                ra = r.headers.get("retry-after", "")
+                wait = float(ra) if ra.replace(".", "", 1).isdigit() else self.backoff * 2 ** attempt
+            if attempt < self.max_retries:
+                logger.warning("%s %s%s failed (%s); retry %d/%d in %.1f s", method, self.base_url, path, last,
+                               attempt + 1, self.max_retries, wait)
+                time.sleep(wait)
+        raise RemoteServerError(f"{method} {self.base_url}{path} failed after {self.max_retries + 1} tries: {last}")
+
+    def _complete(self, prompts: list[Any], desc: str, **params: Any) -> list[dict[str, Any]]:
+        """``/completions`` for many prompts: chunks of ``batch_size`` prompts, ``concurrency`` in flight.
+
+        Returns one choice per prompt (``n`` choices per prompt, in order, when ``n > 1``).
+        """
+        n = int(params.get("n", 1))
+        out: list[list[dict[str, Any]]] = [[] for _ in prompts]
+
+        def run(idx: list[int]) -> None:
+            payload = {"model": self.name, "prompt": [prompts[i] for i in idx] if len(idx) > 1 else prompts[idx[0]],
+                       **params}
+            body = self._request("POST", "/completions", payload)
+            choices = body.get("choices")
+            if not isinstance(choices, list) or len(choices) != n * len(idx):
+                got = len(choices) if isinstance(choices, list) else 0
+                if len(idx) > 1 and got in (n, 0):
+                    raise _OnePromptOnly()
+                raise RemoteServerError(f"{self.base_url}/completions returned {got} choices for "
+                                        f"{len(idx)} prompts x n={n}")
+            choices = sorted(choices, key=lambda c: int(c.get("index", 0)))
+            for j, i in enumerate(idx):
+                out[i] = choices[j * n:(j + 1) * n]
+
+        def chunks() -> list[list[int]]:
+            k = self._per_request
+            return [list(range(s, min(len(prompts), s + k))) for s in range(0, len(prompts), k)]
+
+        todo = chunks()
+        if todo and len(todo[0]) > 1:
+            try:
+                run(todo[0])  # probe: does the server take a list of prompts?
+            except (_OnePromptOnly, RemoteServerError) as e:
+                if isinstance(e, RemoteServerError) and "HTTP 4" not in str(e):
+                    raise
+                logger.warning("%s takes one prompt per request; sending prompts one by one", self.base_url)
+                with self._lock:
+                    self._per_request = 1
+                todo = chunks()
+            else:
+                todo = todo[1:]
+        with ThreadPoolExecutor(max_workers=self.concurrency) as ex:
+            futures = [ex.submit(run, idx) for idx in todo]
+            for f in progress(futures, show=self.show_progress, desc=desc, leave=False):
+                f.result()
+        return [c for cs in out for c in cs]
+
+    # ------------------------------------------------------------------ prompts
+    def _fit_passages(self, question: str, passages: Sequence[Passage]) -> list[str]:
+        return fit_passages(self.tokenizer, self.template, question, passages, max_length=self.max_length,
+                            answer_reserve=self.answer_reserve, passage_max_tokens=self.passage_max_tokens)
+
+    def split_prompt(self, question: str, passages: Sequence[Passage | str]) -> tuple[str, str]:
+        """``(prefix, suffix)``: the prefix (instruction + question) is the same for every ordering."""
+        ps = as_passages(passages)
+        return self.template.split(question, ps, self.tokenizer, self._fit_passages(question, ps))
+
+    def build_prompt(self, question: str, passages: Sequence[Passage | str]) -> str:
+        """The full prompt, built locally exactly as :class:`~ragkit.generation.Generator` builds it."""
+        prefix, suffix = self.split_prompt(question, passages)
+        return prefix + suffix
+
+    # ------------------------------------------------------------------ scoring
+    def score(self, prompts: Sequence[str], answers: Sequence[str]) -> ScoreResult:
+        """Teacher-forced ``log p(answer | prompt)`` from the server's echoed prompt log-probs.
+
+        Raises
+        ------
+        ValueError
+            When the lengths differ, an answer is empty or a prompt does not fit the context.
+        RemoteServerError
+            When the server returns no prompt log-probs (or fails after the retries).
+        """
+        prompts, answers = list(prompts), list(answers)
+        if len(prompts) != len(answers):
+            raise ValueError(f"score() got {len(prompts)} prompts but {len(answers)} answers; pass one answer per prompt")
+        if not prompts:
+            return ScoreResult.from_token_logprobs([])
+        texts = [answer_text(p, a, i) for i, (p, a) in enumerate(zip(prompts, answers))]
+        p_ids, a_ids = encode_answers(self.tokenizer, prompts, texts)
+        for i, (p, a) in enumerate(zip(p_ids, a_ids)):
+            if not a:
+                raise ValueError(f"answer {i} ({answers[i]!r}) tokenises to nothing; pass a non-empty answer")
+            if len(p) + len(a) >= self.max_length:
+                raise ValueError(f"prompt {i} + answer has {len(p) + len(a)} tokens; the server's context is "
+                                 f"{self.max_length}: build prompts with build_prompt() or set passage_max_tokens")
+        params = {"max_tokens": 1, "temperature": 0.0, "echo": True, "logprobs": 1}
+        if self.prompt_format in ("auto", "tokens"):
+            try:
+                choices = self._complete([p + a for p, a in zip(p_ids, a_ids)], "score (remote)", **params)
+                return ScoreResult.from_token_logprobs(
+                    [self._answer_logprobs_by_count(c, len(p), len(a), i)
+                     for i, (c, p, a) in enumerate(zip(choices, p_ids, a_ids))])
+            except RemoteServerError as e:
+                if self.prompt_format == "tokens" or "HTTP 4" not in str(e):
+                    raise
+                logger.warning("%s refuses token-id prompts (%s); sending text prompts from now on",
+                               self.base_url, str(e)[:200])
+                self.prompt_format = "text"
+        choices = self._complete([p + a for p, a in zip(prompts, texts)], "score (remote)", **params)
+        return ScoreResult.from_token_logprobs(
+            [self._answer_logprobs_by_offset(c, len(p), len(p) + len(a), i)
+             for i, (c, p, a) in enumerate(zip(choices, prompts, texts))])
+
+    def _logprobs(self, choice: dict[str, Any], i: int) -> dict[str, Any]:
+        lp = choice.get("logprobs")
+        if not isinstance(lp, dict) or not lp.get("token_logprobs"):
+            raise RemoteServerError(
+                f"{self.base_url} returned no prompt log-probs for prompt {i} (echo=true, logprobs=1). Scoring "
+                "needs a server that echoes prompt log-probs: vLLM and SGLang do; llama-cpp-python's server needs "
+                "`--logits_all true`; TGI's OpenAI route does not (use vLLM or SGLang)")
+        return lp
+
+    def _answer_logprobs_by_count(self, choice: dict[str, Any], n_prompt: int, n_answer: int, i: int) -> np.ndarray:
+        tl = self._logprobs(choice, i)["token_logprobs"]
+        if len(tl) < n_prompt + n_answer:
+            raise RemoteServerError(f"{self.base_url} echoed {len(tl)} token log-probs for prompt {i}, fewer than its "
+                                    f"{n_prompt + n_answer} tokens; the server does not echo the whole prompt")
+        return self._checked(tl[n_prompt:n_prompt + n_answer], i)
+
+    def _answer_logprobs_by_offset(self, choice: dict[str, Any], start: int, end: int, i: int) -> np.ndarray:
+        lp = self._logprobs(choice, i)
+        tl, offs = lp["token_logprobs"], lp.get("text_offset")
+        if not isinstance(offs, list) or len(offs) != len(tl) or any(not isinstance(o, int) or o < 0 for o in offs):
+            raise RemoteServerError(f"{self.base_url} returned no usable text_offset for prompt {i}; "
+                                    "use prompt_format='tokens'")
+        # token k spans [offs[k], offs[k+1]); the answer's tokens end past the prompt (a straddling token
+        # belongs to the answer); tokens starting at or after `end` are generated ones
+        sel = [k for k in range(len(tl))
+               if offs[k] < end and (offs[k] >= start or (offs[k + 1] if k + 1 < len(offs) else end) > start)]
+        if not sel:
+            raise RemoteServerError(f"{self.base_url} echoed no answer tokens for prompt {i}")
+        return self._checked([tl[k] for k in sel], i)
+
+    def _checked(self, values: Sequence[Any], i: int) -> np.ndarray:
+        if any(v is None for v in values):
+            raise RemoteServerError(f"{self.base_url} returned null log-probs for answer tokens of prompt {i}")
+        return np.asarray(values, dtype=np.float64)
+
+    def score_orderings(
+        self,
+        questions: Sequence[str],
+        passages: Sequence[Sequence[Passage | str]],
+        orderings: Sequence[Sequence[Sequence[int]]],
+        answers: Sequence[str | Sequence[str]],
+    ) -> list[ScoreResult]:
+        """Score answers under several passage orderings per question (one :meth:`score` call).
+
+        Prompts are laid out prefix-first as locally; a server with automatic prefix caching
+        (SGLang's radix cache) reuses the shared prefix, vLLM computes prompt log-probs without
+        its prefix cache.
+        """
+        n = len(questions)
+        if not (len(passages) == len(orderings) == len(answers) == n):
+            raise ValueError(
+                f"score_orderings() got {n} questions, {len(passages)} passage lists, {len(orderings)} "
+                f"ordering lists and {len(answers)} answers; pass one of each per query")
+        flat_p: list[str] = []
+        flat_a: list[str] = []
+        sizes: list[int] = []
+        for q in range(n):
+            ps = as_passages(passages[q])
+            orders = [list(map(int, o)) for o in orderings[q]]
+            if not orders:
+                raise ValueError(f"query {q} has no orderings; pass at least one ordering")
+            for m, o in enumerate(orders):
+                if any(i < 0 or i >= len(ps) for i in o) or len(set(o)) != len(o):
+                    raise ValueError(f"ordering {m} of query {q} ({o}) must list distinct passage indices "
+                                     f"in [0, {len(ps)})")
+            texts = self._fit_passages(questions[q], ps)
+            flat_p += [self.template.build(questions[q], [ps[i] for i in o], self.tokenizer, [texts[i] for i in o])
+                       for o in orders]
+            a = answers[q]
+            a_list = [a] * len(orders) if isinstance(a, str) else list(a)
+            if len(a_list) != len(orders):
+                raise ValueError(f"query {q} has {len(orders)} orderings but {len(a_list)} answers; "
+                                 "pass one answer string or one answer per ordering")
+            flat_a += a_list
+            sizes.append(len(orders))
+        res = self.score(flat_p, flat_a)
+        out, off = [], 0
+        for s in sizes:
+            out.append(ScoreResult.from_token_logprobs(res.token_logprobs[off:off + s]))
+            off += s
+        return out
+
+    # ------------------------------------------------------------------ generation
+    def generate(
+        self,
+        prompts: Sequence[str],
+        max_new_tokens: int = 32,
+        stop: Sequence[str] | None = None,
+        temperature: float = 0.0,
+        n: int = 1,
+        seed: int = 0,
+        top_p: float = 1.0,
+        min_new_tokens: int = 0,
+    ) -> list[str] | list[list[str]]:
+        """Continue each prompt through ``/completions`` (greedy when ``temperature == 0``).
+
+        ``seed`` is passed to the server (vLLM, SGLang and llama.cpp honour it); ``min_new_tokens``
+        is sent as ``min_tokens`` (a vLLM/SGLang extension; other servers may ignore it).
+        Stop strings are applied by the server and again here (the first one after leading
+        whitespace is cut, as locally).
+        """
+        prompts = list(prompts)
+        if n < 1:
+            raise ValueError(f"n must be >= 1, got {n}")
+        if max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        if temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {temperature}")
+        if not 0 < top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+        if not prompts:
+            return []
+        stops = [s for s in (stop or []) if s]
+        params: dict[str, Any] = {"max_tokens": int(max_new_tokens), "temperature": float(temperature),
+                                  "top_p": float(top_p), "n": int(n), "seed": int(seed)}
+        if min_new_tokens > 0:
+            params["min_tokens"] = int(min_new_tokens)
+        if stops:
+            # stops are applied here after leading whitespace; the server only gets those that cannot
+            # end an answer before it starts
+            server_stops = [s for s in stops if s.strip()]
+            if server_stops:
+                params["stop"] = server_stops
+        prompt_ids = encode_prompts(self.tokenizer, prompts)
+        for i, p in enumerate(prompt_ids):
+            if len(p) + max_new_tokens > self.max_length:
+                raise ValueError(f"prompt {i} has {len(p)} tokens; with max_new_tokens={max_new_tokens} it exceeds "
+                                 f"the server's context {self.max_length}")
+        choices = self._complete(prompts, "generate (remote)", **params)
+        texts = [self._cut(str(c.get("text", "")), stops) for c in choices]
+        if n == 1:
+            return texts
+        return [texts[i * n:(i + 1) * n] for i in range(len(prompts))]
+
+    @staticmethod
+    def _cut(text: str, stops: Sequence[str]) -> str:
+        start = len(text) - len(text.lstrip())
+        hits = [i for i in (text.find(s, start) for s in stops) if i >= 0]
+        return text[:min(hits)] if hits else text
+
+    def answer(
+        self,
+        questions: Sequence[str],
+        passages: Sequence[Sequence[Passage | str]],
+        max_new_tokens: int = 32,
+    ) -> list[str]:
+        """Greedy short answers (build each prompt, generate, :meth:`clean_answer`)."""
+        questions = list(questions)
+        if len(questions) != len(passages):
+            raise ValueError(f"answer() got {len(questions)} questions but {len(passages)} passage lists; "
+                             "pass one passage list per question")
+        prompts = [self.build_prompt(q, ps) for q, ps in zip(questions, passages)]
+        outs = self.generate(prompts, max_new_tokens=max_new_tokens, stop=list(self.template.stop), min_new_tokens=1)
+        return [self.clean_answer(str(o)) for o in outs]
+
+    @staticmethod
+    def clean_answer(text: str) -> str:
+        """The answer inside a completion (:func:`ragkit.text.extract_answer`)."""
+        return extract_answer(text)
+
+
+class _OnePromptOnly(Exception):
+    """The server answered a list of prompts with one choice: it takes one prompt per request."""
