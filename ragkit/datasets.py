@@ -382,7 +382,8 @@ def load_dataset(
         ``"hotpotqa"``, ``"msmarco"`` or ``"nq-open"``; ``None`` or ``"auto"`` with a ``path``:
         told from the file's content (:func:`detect_format`).
     path
-        Local file in the dataset's format (a file of another format is refused); ``None`` loads from the Hugging Face hub
+        Local file in the dataset's format (a file of another format is refused); ``None`` loads from the
+        Hugging Face hub
         (``hotpot_qa``/``distractor|fullwiki``, ``ms_marco``/``v1.1|v2.1``, ``nq_open``).
     limit
         Keep the first ``limit`` records.

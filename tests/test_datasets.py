@@ -79,7 +79,8 @@ def test_hub_paths(monkeypatch: pytest.MonkeyPatch) -> None:
         "nq_open": [{"question": "who?", "answer": ["him", "her"]}, {"question": "when?", "answer": ["now"]}],
     }
 
-    def fake_load_dataset(path: str, name: str | None = None, split: str | None = None, **kw: object) -> datasets.Dataset:
+    def fake_load_dataset(path: str, name: str | None = None, split: str | None = None,
+                          **kw: object) -> datasets.Dataset:
         calls.append((path, name, split))
         return datasets.Dataset.from_list(tables[path])
 

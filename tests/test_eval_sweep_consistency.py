@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from ragkit.datasets import load_nq_open, sample_records
 from ragkit.eval.consistency import (
     evaluate_consistency,
     generator_consistency,
@@ -17,7 +18,6 @@ from ragkit.eval.consistency import (
     paraphrase_sets,
     retriever_consistency,
 )
-from ragkit.datasets import load_nq_open, sample_records
 from ragkit.eval.sweep import default_slots, draw_distractors, position_sweep
 from ragkit.types import Passage, QARecord, RankedList
 
@@ -90,8 +90,8 @@ def test_paraphrase_sets_and_evaluate(tiny_gen) -> None:
     assert [s[0] for s in sets] == [r.question for r in recs] and all(len(s) == 3 for s in sets)
     data = [QARecord(r.id, r.question, r.answers, r.passages, r.gold_ids, {"paraphrases": ["x?", "y?"]}) for r in recs]
     assert paraphrase_sets(data, n=2)[0] == [recs[0].question, "x?", "y?"]
-    from ragkit.retrievers import BM25Retriever
     from ragkit.datasets import pooled_corpus
+    from ragkit.retrievers import BM25Retriever
 
     retr = BM25Retriever().index(pooled_corpus(recs))
     rep = evaluate_consistency(tiny_gen, recs, sets, retriever=retr, k=3, max_new_tokens=3)

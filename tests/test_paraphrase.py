@@ -56,7 +56,8 @@ def test_rule_paraphraser_errors() -> None:
 
 def test_clean_paraphrase() -> None:
     q = "What is the capital of France?"
-    assert clean_paraphrase(' Rewrite: "Which city is France\'s capital?"\nmore', q) == "Which city is France's capital?"
+    assert (clean_paraphrase(' Rewrite: "Which city is France\'s capital?"\nmore', q)
+            == "Which city is France's capital?")
     assert clean_paraphrase("what is the capital of france", q) is None
     assert clean_paraphrase("Paris", q) is None
 

@@ -115,7 +115,9 @@ def _run_eval(args: argparse.Namespace) -> int:
     sample = args.dataset is None and args.data_file is None
     dataset = args.dataset or (detect_format(args.data_file) if args.data_file else "hotpotqa")
     limit = args.limit if args.limit is not None else (SAMPLE_LIMIT if sample else None)
-    pmt = args.passage_max_tokens if args.passage_max_tokens is not None else (SAMPLE_PASSAGE_TOKENS if sample else None)
+    pmt = args.passage_max_tokens
+    if pmt is None and sample:
+        pmt = SAMPLE_PASSAGE_TOKENS
     cfg = EvalConfig(
         dataset=dataset, data_file=args.data_file, sample=sample, limit=limit, split=args.split,
         setting=args.setting, retriever=args.retriever, methods=args.methods, k=args.k, model=args.model,

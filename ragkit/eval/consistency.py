@@ -141,7 +141,8 @@ def paraphrase_sets(
     if source == "data":
         missing = [r.id for r in records if not r.metadata.get("paraphrases")]
         if missing:
-            raise ValueError(f"{len(missing)} records have no metadata['paraphrases'] (e.g. {missing[0]!r}); use --paraphraser rule")
+            raise ValueError(f"{len(missing)} records have no metadata['paraphrases'] (e.g. {missing[0]!r}); "
+                             "use --paraphraser rule")
         paras = [list(r.metadata["paraphrases"])[:n] for r in records]
     elif source in ("rule", "llm"):
         from ragkit import paraphrase as P
@@ -231,7 +232,7 @@ def evaluate_consistency(
     )
     per_set: list[dict[str, Any]] = []
     pos = 0
-    for i, (rec, ps) in enumerate(zip(records, paraphrases)):
+    for rec, ps in zip(records, paraphrases):
         sl = slice(pos, pos + len(ps))
         pos += len(ps)
         g_out = list(outs_fixed[sl])
@@ -242,7 +243,8 @@ def evaluate_consistency(
             "generator": _set_consistency(g_out, f),
             "em": exact_match_max(g_out[0], rec.answers) if rec.answers else float("nan"),
             "f1": f1_max(g_out[0], rec.answers) if rec.answers else float("nan"),
-            "em_paraphrases": float(np.mean([exact_match_max(o, rec.answers) for o in g_out])) if rec.answers else float("nan"),
+            "em_paraphrases": (float(np.mean([exact_match_max(o, rec.answers) for o in g_out]))
+                               if rec.answers else float("nan")),
             "f1_paraphrases": float(np.mean([f1_max(o, rec.answers) for o in g_out])) if rec.answers else float("nan"),
         }
         if rl_para is not None and outs_e2e is not None:

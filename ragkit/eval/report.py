@@ -66,7 +66,8 @@ def markdown_report(report: Mapping[str, Any]) -> str:
         f"# ragkit eval: {report['dataset']}\n\n"
         f"- data: {src}, {report['n_questions']} questions, retriever `{cfg['retriever']}`, k = {cfg['k']}\n"
         f"- generator: `{report['models']['generator']}`"
-        f"{', passages cut to ' + str(cfg['passage_max_tokens']) + ' tokens' if cfg.get('passage_max_tokens') else ''}\n"
+        + (f", passages cut to {cfg['passage_max_tokens']} tokens" if cfg.get("passage_max_tokens") else "")
+        + "\n"
         f"- metrics: means with 95% bootstrap intervals ({cfg['n_bootstrap']} resamples, seed {cfg['seed']})\n"
         f"- wall time: {report['timing']['total_seconds']:.1f} s\n\n"
     )
