@@ -71,9 +71,19 @@ class Passage:
                 f"a passage record needs 'id' and 'text' keys, got keys {sorted(d)}; "
                 'write corpus lines as {"id": ..., "text": ..., "title": ...}'
             )
+        pid, text = d["id"], d["text"]
+        if pid is None or text is None:
+            raise ValueError(
+                f"a passage record has a null {'id' if pid is None else 'text'} "
+                f"(id {pid!r}); give every passage a string id and a string text"
+            )
+        if isinstance(pid, bool) or not isinstance(pid, (str, int)):
+            raise ValueError(f"passage id {pid!r} is a {type(pid).__name__}; ids are strings (or integers)")
+        if not isinstance(text, str):
+            raise ValueError(f"passage {pid!r} has a {type(text).__name__} text; texts are strings")
         return cls(
-            id=str(d["id"]),
-            text=str(d["text"]),
+            id=str(pid),
+            text=text,
             title=str(d.get("title") or ""),
             metadata=dict(d.get("metadata") or {}),
         )

@@ -8,27 +8,42 @@ On-disk format (``FORMAT_NAME`` version ``FORMAT_VERSION``): a folder written at
 
 * ``manifest.json`` -- format name and version, ``kind`` (``bm25``, ``dense``, ``hybrid``),
   the constructor ``params``, ``n_docs``, backend-specific entries (for a dense index the
-  embedder name and dimension) and the SHA-256 of every other file;
+  embedder name and dimension, for a hybrid one its sub-index folders), ``files`` (the SHA-256
+  of every other file) and ``manifest_sha256``, the SHA-256 of the manifest's own other fields;
 * ``passages.jsonl`` -- the indexed passages in index order (row ``i`` is document ``i``);
 * backend files: NumPy ``.npy`` arrays (loaded with ``allow_pickle=False``), JSON, a FAISS index
   written by ``faiss.write_index``, or sub-folders (hybrid). Nothing is pickled.
+
+Integrity, checked on every load (it cannot be switched off): the manifest must carry exactly the
+fields of its kind (a missing or unknown field is an error), its own checksum must match (so
+deleting ``files`` or any other edit is detected), ``files`` must list ``passages.jsonl`` and the
+backend's files, and every path it names (``files`` keys, hybrid sub-folders) must be a plain
+relative path that resolves inside the index folder -- no ``..``, no absolute path, no symbolic
+link leading out. Only then is any listed file opened and hashed.
+
+Size limits (a clear error names the limit and how to raise it): a passage longer than
+``RAGKIT_MAX_PASSAGE_CHARS`` characters (default 1,000,000) is refused when indexing, a query
+longer than ``RAGKIT_MAX_QUERY_CHARS`` (default 10,000) when searching; set the environment
+variable, or ``retriever.max_passage_chars`` / ``retriever.max_query_chars``, to change them.
 """
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import importlib
 import json
 import logging
 import os
+import re
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
-from pathlib import Path
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 
-from ragkit.io import atomic_dir, read_jsonl, write_json, write_jsonl
+from ragkit.io import atomic_dir, write_json, write_jsonl
 from ragkit.types import Hit, Passage, Query, RankedList, as_query
 
 logger = logging.getLogger(__name__)
@@ -38,15 +53,29 @@ __all__ = [
     "FORMAT_VERSION",
     "Retriever",
     "IndexFormatError",
+    "iter_passages",
     "load_retriever",
+    "max_passage_chars",
+    "max_query_chars",
     "read_manifest",
     "register_retriever",
 ]
 
 FORMAT_NAME = "ragkit-index"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 MANIFEST = "manifest.json"
 PASSAGES = "passages.jsonl"
+MANIFEST_CHECKSUM = "manifest_sha256"
+_BASE_FIELDS: dict[str, type] = {
+    "format": str, "version": int, "kind": str, "class": str, "params": dict, "n_docs": int,
+    "files": dict, MANIFEST_CHECKSUM: str,
+}
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+
+PASSAGE_LIMIT_ENV = "RAGKIT_MAX_PASSAGE_CHARS"
+QUERY_LIMIT_ENV = "RAGKIT_MAX_QUERY_CHARS"
+DEFAULT_MAX_PASSAGE_CHARS = 1_000_000
+DEFAULT_MAX_QUERY_CHARS = 10_000
 
 R = TypeVar("R", bound="Retriever")
 
@@ -90,23 +119,202 @@ def _file_digests(folder: Path) -> dict[str, str]:
     return out
 
 
+def _limit(env: str, default: int, override: int | None) -> int:
+    if override is not None:
+        return int(override)
+    raw = os.environ.get(env)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ValueError(f"{env}={raw!r} is not a whole number of characters; "
+                         f"set it to e.g. {default}") from None
+    if value <= 0:
+        raise ValueError(f"{env}={raw!r} must be a positive number of characters")
+    return value
+
+
+def max_passage_chars(override: int | None = None) -> int:
+    """The passage size limit: ``override``, else ``$RAGKIT_MAX_PASSAGE_CHARS``, else 1,000,000."""
+    return _limit(PASSAGE_LIMIT_ENV, DEFAULT_MAX_PASSAGE_CHARS, override)
+
+
+def max_query_chars(override: int | None = None) -> int:
+    """The query size limit: ``override``, else ``$RAGKIT_MAX_QUERY_CHARS``, else 10,000."""
+    return _limit(QUERY_LIMIT_ENV, DEFAULT_MAX_QUERY_CHARS, override)
+
+
+def _check_passage_size(p: Passage, limit: int, where: str = "") -> None:
+    n = len(p.text) + len(p.title)
+    if n > limit:
+        raise ValueError(
+            f"{where}passage {p.id!r} has {n:,} characters, more than the limit of {limit:,}; "
+            "split it into smaller passages, or raise the limit with the environment variable "
+            f"{PASSAGE_LIMIT_ENV}=N (or retriever.max_passage_chars = N)"
+        )
+
+
+def iter_passages(path: str | os.PathLike[str], max_chars: int | None = None) -> Iterator[Passage]:
+    """Stream the passages of a corpus JSONL file (``.gz`` too), one line at a time.
+
+    Lines are ``{"id": ..., "text": ..., "title"?: ..., "metadata"?: ...}``; blank lines are
+    skipped. Nothing but the current line is held in memory.
+
+    Raises
+    ------
+    FileNotFoundError
+        No such file.
+    ValueError
+        A line that is not JSON, not a passage record (null or missing id/text), or a passage
+        above the size limit (:func:`max_passage_chars`); the message names ``file:line``.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no such corpus file: {path}")
+    limit = max_passage_chars(max_chars)
+    with open(path, "rb") as raw:
+        gz = raw.read(2) == b"\x1f\x8b"
+    opener: Any = gzip.open if gz else open
+    with opener(path, "rt", encoding="utf-8") as f:
+        for i, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            where = f"{path}:{i}: "
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{where}not valid JSON ({e.msg}); fix or remove that line") from e
+            if not isinstance(row, dict):
+                raise ValueError(f"{where}expected a JSON object per line, got {type(row).__name__}")
+            try:
+                p = Passage.from_dict(row)
+            except (TypeError, ValueError) as e:
+                raise ValueError(f"{where}{e}") from e
+            _check_passage_size(p, limit, where)
+            yield p
+
+
+def _class_for_kind(kind: Any, where: Path) -> type[Retriever]:
+    if isinstance(kind, str) and kind in _BUILTIN_MODULES and kind not in _REGISTRY:
+        importlib.import_module(_BUILTIN_MODULES[kind])  # registers the class
+    if kind not in _REGISTRY:
+        raise IndexFormatError(
+            f"{where}: unknown retriever kind {kind!r}; known kinds: {sorted(_REGISTRY)}"
+        )
+    return _REGISTRY[kind]
+
+
+def _manifest_digest(manifest: Mapping[str, Any]) -> str:
+    """SHA-256 of the manifest's fields other than the checksum (canonical JSON)."""
+    body = {k: v for k, v in manifest.items() if k != MANIFEST_CHECKSUM}
+    text = json.dumps(body, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def index_path(folder: Path, rel: Any, what: str) -> Path:
+    """``folder / rel`` for a path named in a manifest, refused unless it stays inside ``folder``.
+
+    ``rel`` must be a non-empty relative POSIX path without ``.``/``..`` parts, drive or
+    backslash, and ``folder / rel`` must resolve (symbolic links followed) inside ``folder``.
+    """
+    bad = (
+        not isinstance(rel, str) or not rel or "\\" in rel or "\x00" in rel
+        or PurePosixPath(rel).is_absolute() or bool(PureWindowsPath(rel).drive)
+        or PurePosixPath(rel).as_posix() != rel
+        or any(part in (".", "..") for part in rel.split("/"))
+    )
+    if bad:
+        raise IndexFormatError(
+            f"index {folder} is damaged: its manifest names {what} {rel!r}, which is not a plain "
+            "relative path inside the index folder; rebuild the index with `ragkit index`"
+        )
+    p = folder / rel
+    try:
+        p.resolve().relative_to(folder.resolve())
+    except ValueError:
+        raise IndexFormatError(
+            f"index {folder} is damaged: {what} {rel!r} leads outside the index folder (a symbolic "
+            "link?); ragkit reads nothing outside an index; rebuild the index with `ragkit index`"
+        ) from None
+    return p
+
+
+def _check_manifest(folder: Path, manifest: dict[str, Any]) -> type[Retriever]:
+    """Fields, types, own checksum and paths of a parsed manifest; returns the retriever class."""
+    mpath = folder / MANIFEST
+    cls = _class_for_kind(manifest.get("kind"), folder)
+    fields = {**_BASE_FIELDS, **cls.manifest_fields}
+    missing = [k for k in fields if k not in manifest]
+    if missing:
+        raise IndexFormatError(
+            f"index {folder} is damaged: {mpath.name} lacks the field(s) {missing} "
+            "(an index manifest without its file list or checksum cannot be trusted); "
+            "rebuild it with `ragkit index`"
+        )
+    unknown = sorted(k for k in manifest if k not in fields)
+    if unknown:
+        raise IndexFormatError(
+            f"index {folder}: {mpath.name} has unknown field(s) {unknown} (known for a "
+            f"{cls.kind} index: {sorted(fields)}); it was edited or written by another "
+            "ragkit; rebuild it with `ragkit index`"
+        )
+    for k, t in fields.items():
+        v = manifest[k]
+        if not isinstance(v, t) or (t is int and isinstance(v, bool)):
+            raise IndexFormatError(
+                f"index {folder} is damaged: manifest field {k!r} should be a "
+                f"{t.__name__}, got {type(v).__name__}; rebuild it with `ragkit index`"
+            )
+    if manifest[MANIFEST_CHECKSUM] != _manifest_digest(manifest):
+        raise IndexFormatError(
+            f"index {folder} is damaged: {mpath.name} does not match its own checksum (it was "
+            "edited or corrupted); rebuild it with `ragkit index`"
+        )
+    if manifest["n_docs"] < 1:
+        raise IndexFormatError(f"index {folder} is damaged: n_docs = {manifest['n_docs']}")
+    files = manifest["files"]
+    for rel, digest in files.items():
+        index_path(folder, rel, "the file")
+        if not isinstance(digest, str) or not _HEX64.fullmatch(digest):
+            raise IndexFormatError(
+                f"index {folder} is damaged: the checksum of {rel!r} is not a SHA-256 hex digest; "
+                "rebuild it with `ragkit index`"
+            )
+    required = {PASSAGES, *cls._required_files(manifest)}
+    absent = sorted(required - set(files))
+    if absent:
+        raise IndexFormatError(
+            f"index {folder} is damaged: its manifest does not list {absent}; "
+            "rebuild it with `ragkit index`"
+        )
+    for what, rel in cls._manifest_paths(manifest):
+        index_path(folder, rel, what)
+    return cls
+
+
 def read_manifest(path: str | os.PathLike[str], verify: bool = True) -> dict[str, Any]:
     """Read and check ``manifest.json`` of a saved index folder.
+
+    The manifest's fields, its own checksum and every path it names are always checked (see
+    the module docstring); :meth:`Retriever.load` always verifies the files too.
 
     Parameters
     ----------
     path
         The index folder.
     verify
-        Also check that every file listed in the manifest exists with the recorded SHA-256.
+        Also hash every listed file against its recorded SHA-256 (``False`` only to inspect a
+        manifest cheaply; loading an index never skips it).
 
     Raises
     ------
     FileNotFoundError
         ``path`` does not exist.
     IndexFormatError
-        The manifest is missing, unreadable, of another format/version, or a file is missing or
-        corrupt.
+        The manifest is missing, unreadable, of another format/version, has missing, unknown or
+        mistyped fields, does not match its checksum, names a path outside the folder, or a file
+        is missing or corrupt.
     """
     folder = Path(path)
     if not folder.is_dir():
@@ -120,6 +328,7 @@ def read_manifest(path: str | os.PathLike[str], verify: bool = True) -> dict[str
             "rebuild it with `ragkit index`"
         )
     try:
+        index_path(folder, MANIFEST, "its manifest")
         manifest = json.loads(mpath.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise IndexFormatError(f"{mpath} is not valid JSON ({e}); rebuild the index") from e
@@ -133,9 +342,10 @@ def read_manifest(path: str | os.PathLike[str], verify: bool = True) -> dict[str
             f"{folder} uses index format version {version}, this ragkit reads version "
             f"{FORMAT_VERSION}; rebuild the index with this ragkit (`ragkit index`)"
         )
+    _check_manifest(folder, manifest)
     if verify:
-        for rel, digest in (manifest.get("files") or {}).items():
-            f = folder / rel
+        for rel, digest in manifest["files"].items():
+            f = index_path(folder, rel, "the file")
             if not f.is_file():
                 raise IndexFormatError(
                     f"index {folder} is damaged: {rel} is missing; rebuild it with `ragkit index`"
@@ -160,65 +370,83 @@ def load_retriever(path: str | os.PathLike[str], **kwargs: Any) -> Retriever:
         must have been built with, ``device=``).
     """
     manifest = read_manifest(path, verify=False)
-    kind = manifest.get("kind")
-    if kind in _BUILTIN_MODULES and kind not in _REGISTRY:
-        importlib.import_module(_BUILTIN_MODULES[kind])  # registers the class
-    if kind not in _REGISTRY:
-        raise IndexFormatError(
-            f"{path}: unknown retriever kind {kind!r}; known kinds: {sorted(_REGISTRY)}"
-        )
-    return _REGISTRY[kind].load(path, **kwargs)
+    return _class_for_kind(manifest["kind"], Path(path)).load(path, **kwargs)
 
 
 def check_passages(
-    passages: Sequence[Passage], existing: Mapping[str, int] | None = None
+    passages: Iterable[Passage], existing: Mapping[str, int] | None = None,
+    max_chars: int | None = None,
 ) -> list[Passage]:
-    """Validate passages for indexing: non-empty, ``Passage`` objects, unique ids.
+    """Validate passages for indexing: non-empty, ``Passage`` objects, unique ids, size limit.
+
+    ``passages`` may be any iterable (a generator such as :func:`iter_passages` is consumed once).
 
     Raises
     ------
     ValueError
-        Empty input, a non-``Passage`` item, or an id that repeats (inside ``passages`` or with
-        ``existing``).
+        Empty input, a non-``Passage`` item, ids that repeat (inside ``passages`` or with
+        ``existing``; every repeated id is named, up to 20), or a passage above
+        :func:`max_passage_chars`.
     """
     if isinstance(passages, (str, Passage)):
         raise ValueError("pass a list of Passage objects, not a single item")
-    ps = list(passages)
-    if not ps:
-        raise ValueError(
-            "cannot index an empty corpus; pass at least one Passage "
-            "(corpus JSONL lines look like {\"id\": ..., \"text\": ..., \"title\": ...})"
-        )
+    limit = max_passage_chars(max_chars)
+    ps: list[Passage] = []
     seen: set[str] = set()
-    for p in ps:
+    dups: dict[str, int] = {}
+    for p in passages:
         if not isinstance(p, Passage):
             raise ValueError(
                 f"expected Passage objects, got {type(p).__name__}; "
                 "convert with ragkit.types.as_passages(...)"
             )
+        _check_passage_size(p, limit)
         if p.id in seen or (existing is not None and p.id in existing):
-            raise ValueError(
-                f"duplicate passage id {p.id!r}; passage ids must be unique in an index "
-                "(de-duplicate the corpus or give each passage its own id)"
-            )
+            dups[p.id] = dups.get(p.id, 1) + 1
         seen.add(p.id)
+        ps.append(p)
+    if not ps:
+        raise ValueError(
+            "cannot index an empty corpus; pass at least one Passage "
+            "(corpus JSONL lines look like {\"id\": ..., \"text\": ..., \"title\": ...})"
+        )
+    if dups:
+        shown = ", ".join(f"{d!r} ({n}x)" for d, n in list(dups.items())[:20])
+        more = f" and {len(dups) - 20} more" if len(dups) > 20 else ""
+        raise ValueError(
+            f"duplicate passage id{'s' if len(dups) > 1 else ''} {shown}{more}; passage ids must be unique in "
+            "an index (de-duplicate the corpus or give each passage its own id)"
+        )
     return ps
 
 
-def check_queries(queries: Sequence[str | Query] | str | Query) -> list[Query]:
+def check_queries(queries: Sequence[str | Query] | str | Query,
+                  max_chars: int | None = None) -> list[Query]:
     """Coerce queries to ``Query`` objects; a bare string or ``Query`` is one query.
 
     Raises
     ------
     ValueError
-        No queries, or an empty / whitespace-only query text.
+        No queries, a query that is not a string (e.g. JSON ``null``), an empty /
+        whitespace-only query text, or one above :func:`max_query_chars`.
     """
     if isinstance(queries, (str, Query)):
         queries = [queries]
+    limit = max_query_chars(max_chars)
     qs: list[Query] = []
     for i, q in enumerate(queries):
-        if isinstance(q, str) and not q.strip():
+        if not isinstance(q, (str, Query)):
+            raise ValueError(f"query {i} is {q!r} ({type(q).__name__}), not a string; "
+                             "give every query some text")
+        text = q if isinstance(q, str) else q.text
+        if not text.strip():
             raise ValueError(f"query {i} is empty; give every query some text")
+        if len(text) > limit:
+            raise ValueError(
+                f"query {i} has {len(text):,} characters, more than the limit of {limit:,}; "
+                f"shorten it, or raise the limit with the environment variable "
+                f"{QUERY_LIMIT_ENV}=N (or retriever.max_query_chars = N)"
+            )
         qs.append(as_query(q))
     if not qs:
         raise ValueError("no queries given; pass a list with at least one query string")
@@ -234,6 +462,12 @@ class Retriever(ABC):
     """
 
     kind: ClassVar[str] = ""
+    manifest_fields: ClassVar[dict[str, type]] = {}
+    """Manifest fields of this kind beyond the common ones (name -> JSON type), all required."""
+    max_passage_chars: int | None = None
+    """Per-instance passage size limit (``None``: ``$RAGKIT_MAX_PASSAGE_CHARS`` or 1,000,000)."""
+    max_query_chars: int | None = None
+    """Per-instance query size limit (``None``: ``$RAGKIT_MAX_QUERY_CHARS`` or 10,000)."""
 
     def __init__(self) -> None:
         self._passages: list[Passage] = []
@@ -263,9 +497,13 @@ class Retriever(ABC):
         self._passages = passages
         self._pos = {p.id: i for i, p in enumerate(passages)}
 
-    def index(self: R, passages: Sequence[Passage]) -> R:
-        """Index ``passages`` from scratch (replacing any previous index); returns ``self``."""
-        ps = check_passages(passages)
+    def index(self: R, passages: Iterable[Passage]) -> R:
+        """Index ``passages`` from scratch (replacing any previous index); returns ``self``.
+
+        ``passages`` may be a generator (e.g. :func:`iter_passages` of a corpus file): it is read
+        once, and backends tokenise / encode it in chunks.
+        """
+        ps = check_passages(passages, max_chars=self.max_passage_chars)
         self._build(ps)
         self._set_passages(ps)
         logger.info("%s indexed %d passages", type(self).__name__, len(ps))
@@ -283,7 +521,7 @@ class Retriever(ABC):
         """
         if not self.is_indexed:
             return self.index(passages)
-        ps = check_passages(passages, existing=self._pos)
+        ps = check_passages(passages, existing=self._pos, max_chars=self.max_passage_chars)
         self._add(ps)
         self._set_passages(self._passages + ps)
         return self
@@ -312,7 +550,7 @@ class Retriever(ABC):
                 f"{type(self).__name__} has no index yet; call .index(passages) first "
                 "or load a saved one with load_retriever(dir)"
             )
-        qs = check_queries(queries)
+        qs = check_queries(queries, max_chars=self.max_query_chars)
         kk = min(int(k), len(self._passages))
         results = self._search(qs, kk)
         out: list[RankedList] = []
@@ -349,8 +587,19 @@ class Retriever(ABC):
         """JSON-serialisable constructor arguments (stored in the manifest)."""
 
     def _manifest_extra(self) -> dict[str, Any]:
-        """Extra manifest entries (e.g. the embedder of a dense index)."""
+        """Extra manifest entries (e.g. the embedder of a dense index); their names and types
+        are declared in ``manifest_fields``."""
         return {}
+
+    @classmethod
+    def _required_files(cls, manifest: Mapping[str, Any]) -> set[str]:
+        """Files (relative paths) that a manifest of this kind must list besides passages."""
+        return set()
+
+    @classmethod
+    def _manifest_paths(cls, manifest: Mapping[str, Any]) -> list[tuple[str, Any]]:
+        """Other paths the manifest names, as ``(what, relative path)`` (checked to stay inside)."""
+        return []
 
     @abstractmethod
     def _save_files(self, folder: Path) -> None:
@@ -397,44 +646,51 @@ class Retriever(ABC):
             **self._manifest_extra(),
             "files": _file_digests(folder),
         }
+        manifest = json.loads(json.dumps(manifest, ensure_ascii=False, default=str))
+        manifest[MANIFEST_CHECKSUM] = _manifest_digest(manifest)
         write_json(folder / MANIFEST, manifest)
 
     @classmethod
-    def load(cls: type[R], path: str | os.PathLike[str], verify: bool = True, **kwargs: Any) -> R:
-        """Load an index saved by :meth:`save`.
+    def load(cls: type[R], path: str | os.PathLike[str], **kwargs: Any) -> R:
+        """Load an index saved by :meth:`save`, after checking it (always: see the module
+        docstring -- manifest fields and checksum, paths inside the folder, every file's SHA-256).
 
         Parameters
         ----------
         path
             The index folder.
-        verify
-            Check every file against its SHA-256 in the manifest (detects damaged folders).
         **kwargs
             Backend options (see the subclass).
 
         Raises
         ------
         IndexFormatError
-            Missing/corrupt files, another format version, or an index of another kind.
+            Missing/corrupt files or manifest, another format version, a path leading outside
+            the folder, or an index of another kind.
         """
+        if "verify" in kwargs:
+            raise TypeError("index checks cannot be switched off: drop verify=")
         folder = Path(path)
-        manifest = read_manifest(folder, verify=verify)
-        if manifest.get("kind") != cls.kind:
+        manifest = read_manifest(folder, verify=True)
+        if manifest["kind"] != cls.kind:
             raise IndexFormatError(
-                f"{folder} holds a {manifest.get('kind')!r} index, not {cls.kind!r}; "
+                f"{folder} holds a {manifest['kind']!r} index, not {cls.kind!r}; "
                 "open it with ragkit.retrievers.load_retriever(dir)"
             )
+        passages: list[Passage] = []
         try:
-            rows = read_jsonl(folder / PASSAGES)
-        except FileNotFoundError as e:
+            with open(index_path(folder, PASSAGES, "the file"), encoding="utf-8") as f:
+                for i, line in enumerate(f, 1):
+                    if line.strip():
+                        passages.append(Passage.from_dict(json.loads(line)))
+        except (ValueError, TypeError, AttributeError, KeyError) as e:
             raise IndexFormatError(
-                f"index {folder} is damaged: {PASSAGES} is missing; rebuild it"
+                f"index {folder} is damaged: {PASSAGES} line {i}: {e}; rebuild it"
             ) from e
-        passages = [Passage.from_dict(r) for r in rows]
-        if len(passages) != manifest.get("n_docs"):
+        if len(passages) != manifest["n_docs"]:
             raise IndexFormatError(
                 f"index {folder} is damaged: {len(passages)} passages but the manifest says "
-                f"{manifest.get('n_docs')}; rebuild it"
+                f"{manifest['n_docs']}; rebuild it"
             )
         obj = cls._from_saved(folder, manifest, passages, **kwargs)
         obj._set_passages(passages)

@@ -54,7 +54,7 @@ import json
 import logging
 import os
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -415,6 +415,16 @@ class BM25Retriever(Retriever):
         return list(zip(idx, scores))
 
     # ------------------------------------------------------------------ persistence
+    @classmethod
+    def _required_files(cls, manifest: Mapping[str, Any]) -> set[str]:
+        params = manifest.get("params") or {}
+        if params.get("backend", "bm25s") != "bm25s":
+            return set()  # rank_bm25 is rebuilt from passages.jsonl
+        names = {"data.csc", "indices.csc", "indptr.csc", "params", "vocab"}
+        if params.get("method") in ("bm25l", "bm25+"):
+            names.add("nonoccurrence_array")
+        return {f"bm25s/{n}.index.{'json' if n in ('params', 'vocab') else 'npy'}" for n in names}
+
     def _save_files(self, folder: Path) -> None:
         if self.backend == "bm25s":
             # bm25s writes its sparse score matrix as .npy (allow_pickle=False) and JSON.

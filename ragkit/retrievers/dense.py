@@ -89,6 +89,7 @@ class DenseRetriever(Retriever):
     """
 
     kind = "dense"
+    manifest_fields = {"embedder": dict, "faiss": dict}
 
     def __init__(
         self,
@@ -273,8 +274,11 @@ class DenseRetriever(Retriever):
         faiss.write_index(self._cpu_index(), str(folder / INDEX_FILE))
 
     @classmethod
-    def load(cls, path: Any, verify: bool = True, model: str | None = None,
-             **kwargs: Any) -> DenseRetriever:
+    def _required_files(cls, manifest: Any) -> set[str]:
+        return {INDEX_FILE}
+
+    @classmethod
+    def load(cls, path: Any, model: str | None = None, **kwargs: Any) -> DenseRetriever:
         """Load a saved dense index.
 
         Parameters
@@ -288,7 +292,7 @@ class DenseRetriever(Retriever):
             Runtime options: ``device``, ``batch_size``, ``nprobe``, ``ef_search``, ``use_gpu``,
             ``show_progress``.
         """
-        return super().load(path, verify=verify, model=model, **kwargs)
+        return super().load(path, model=model, **kwargs)
 
     @classmethod
     def _from_saved(cls, folder: Path, manifest: dict[str, Any], passages: list[Passage],
@@ -311,7 +315,11 @@ class DenseRetriever(Retriever):
         if unknown:
             raise ValueError(f"unknown options for DenseRetriever.load: {sorted(unknown)}")
         params.update(runtime)
-        obj = cls(**params)
+        try:
+            obj = cls(**params)
+        except TypeError as e:
+            raise IndexFormatError(f"{folder}: bad dense parameters in the manifest ({e}); "
+                                   "rebuild the index") from e
         if obj.embedder != stored:
             raise IndexFormatError(f"index {folder}: the manifest's embedder entries disagree")
         try:

@@ -7,9 +7,10 @@ id (rank 1 = best).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 
-__all__ = ["Run", "rank_docs", "rrf", "min_max_normalize", "weighted_sum", "minmax_fusion", "fuse"]
+__all__ = ["Run", "check_weights", "rank_docs", "rrf", "min_max_normalize", "weighted_sum", "minmax_fusion", "fuse"]
 
 Run = Mapping[str, Mapping[str, float]]
 
@@ -24,6 +25,32 @@ def _check_runs(runs: Sequence[Run]) -> list[str]:
                 f"run {i} has other query ids than run 0; every run must cover the same queries"
             )
     return qids
+
+
+def check_weights(weights: Sequence[float] | None, n_runs: int) -> list[float]:
+    """One finite weight per run (default all 1); NaN or infinite weights are refused (a NaN
+    weight would turn every fused score into NaN)."""
+    if weights is None:
+        return [1.0] * n_runs
+    if isinstance(weights, (str, bytes)) or not isinstance(weights, Sequence):
+        raise ValueError(f"weights must be a list of numbers, got {weights!r}")
+    w = []
+    for i, x in enumerate(weights):
+        try:
+            v = float(x)
+        except (TypeError, ValueError):
+            raise ValueError(f"fusion weight {i} is {x!r}, not a number") from None
+        if not math.isfinite(v):
+            raise ValueError(f"fusion weight {i} is {x!r}; weights must be finite numbers")
+        w.append(v)
+    if len(w) != n_runs:
+        raise ValueError(f"{n_runs} runs but {len(w)} weights; give one weight per run")
+    return w
+
+
+def _check_k(k: float) -> None:
+    if isinstance(k, bool) or not isinstance(k, (int, float)) or not math.isfinite(k) or k <= 0:
+        raise ValueError(f"the RRF constant k must be a positive finite number, got {k!r}")
 
 
 def rank_docs(results: Mapping[str, float]) -> list[str]:
@@ -51,8 +78,7 @@ def rrf(runs: Sequence[Run], k: int = 60) -> dict[str, dict[str, float]]:
     dict
         The fused run ``{qid: {doc: rrf_score}}``.
     """
-    if k <= 0:
-        raise ValueError(f"the RRF constant k must be positive, got {k}")
+    _check_k(k)
     qids = _check_runs(runs)
     out: dict[str, dict[str, float]] = {}
     for q in qids:
@@ -80,9 +106,14 @@ def weighted_sum(
 ) -> dict[str, dict[str, float]]:
     """``score(d) = sum_r w_r * s_r(d)`` with ``s_r(d) = 0`` when run ``r`` missed ``d``."""
     qids = _check_runs(runs)
-    w = [1.0] * len(runs) if weights is None else [float(x) for x in weights]
-    if len(w) != len(runs):
-        raise ValueError(f"{len(runs)} runs but {len(w)} weights; give one weight per run")
+    w = check_weights(weights, len(runs))
+    for i, run in enumerate(runs):
+        for q in qids:
+            for d, sc in run[q].items():
+                if not math.isfinite(float(sc)):
+                    raise ValueError(
+                        f"run {i} gives document {d!r} of query {q!r} the score {sc!r}; fusion "
+                        "needs finite scores (drop or repair that run's NaN/inf scores)")
     out: dict[str, dict[str, float]] = {}
     for q in qids:
         docs = dict.fromkeys(d for run in runs for d in run[q])
@@ -111,6 +142,7 @@ def fuse(runs: Sequence[Run], method: str = "rrf", weights: Sequence[float] | No
     if method == "rrf":
         if weights is None:
             return rrf(runs, k=k)
+        _check_k(k)
         qids = _check_runs(runs)
         ranked = [{q: {d: 1 / (k + i + 1) for i, d in enumerate(rank_docs(r[q]))} for q in qids}
                   for r in runs]

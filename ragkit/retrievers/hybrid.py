@@ -17,7 +17,7 @@ functions live in :mod:`ragkit.retrievers.fusion`.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,10 +26,11 @@ import numpy as np
 from ragkit.retrievers.base import (
     IndexFormatError,
     Retriever,
+    index_path,
     load_retriever,
     register_retriever,
 )
-from ragkit.retrievers.fusion import fuse
+from ragkit.retrievers.fusion import check_weights, fuse
 from ragkit.types import Passage, Query
 
 logger = logging.getLogger(__name__)
@@ -65,6 +66,7 @@ class HybridRetriever(Retriever):
     """
 
     kind = "hybrid"
+    manifest_fields = {"retrievers": list}
 
     def __init__(
         self,
@@ -87,10 +89,12 @@ class HybridRetriever(Retriever):
             raise ValueError("HybridRetriever takes Retriever objects")
         if method not in ("rrf", "minmax"):
             raise ValueError(f"unknown fusion method {method!r}; use 'rrf' or 'minmax'")
-        if weights is not None and len(weights) != len(retrievers):
-            raise ValueError(f"{len(retrievers)} retrievers but {len(weights)} weights")
-        if rrf_k <= 0 or depth <= 0:
-            raise ValueError("rrf_k and depth must be positive")
+        if weights is not None:
+            weights = check_weights(weights, len(retrievers))  # finite, one per retriever
+        if isinstance(rrf_k, bool) or not isinstance(rrf_k, int) or rrf_k <= 0:
+            raise ValueError(f"rrf_k must be a positive integer, got {rrf_k!r}")
+        if isinstance(depth, bool) or not isinstance(depth, int) or depth <= 0:
+            raise ValueError(f"depth must be a positive integer, got {depth!r}")
         self.retrievers = retrievers
         self.method = method
         self.weights = None if weights is None else [float(w) for w in weights]
@@ -145,20 +149,36 @@ class HybridRetriever(Retriever):
             r._write_into(sub)
 
     @classmethod
+    def _manifest_paths(cls, manifest: Mapping[str, Any]) -> list[tuple[str, Any]]:
+        entries = manifest.get("retrievers")
+        if not entries or not all(isinstance(e, dict) and set(e) == {"dir", "kind"}
+                                  for e in entries):
+            raise IndexFormatError(
+                "a hybrid index manifest must list its sub-indexes as "
+                '[{"dir": ..., "kind": ...}, ...]; this one is damaged: rebuild it')
+        return [("the sub-index folder", e["dir"]) for e in entries]
+
+    @classmethod
     def _from_saved(cls, folder: Path, manifest: dict[str, Any], passages: list[Passage],
                     **kwargs: Any) -> HybridRetriever:
-        entries = manifest.get("retrievers") or []
-        if not entries:
-            raise IndexFormatError(f"index {folder} is damaged: no sub-retrievers listed")
         subs = []
-        for e in entries:
+        for e in manifest["retrievers"]:
+            sub_dir = index_path(folder, e["dir"], "the sub-index folder")  # checked: inside
             allowed = _SUB_OPTIONS.get(e["kind"], set(kwargs))
             opts = {k: v for k, v in kwargs.items() if k in allowed}
-            sub = load_retriever(folder / e["dir"], **opts)
+            sub = load_retriever(sub_dir, **opts)
+            if sub.kind != e["kind"]:
+                raise IndexFormatError(
+                    f"index {folder} is damaged: {e['dir']} holds a {sub.kind} index, the "
+                    f"manifest says {e['kind']}; rebuild it")
             if [p.id for p in sub.passages] != [p.id for p in passages]:
                 raise IndexFormatError(
                     f"index {folder} is damaged: {e['dir']} indexes other passages; rebuild it"
                 )
             subs.append(sub)
         params = dict(manifest.get("params") or {})
-        return cls(retrievers=subs, **params)
+        try:
+            return cls(retrievers=subs, **params)
+        except (TypeError, ValueError) as e:
+            raise IndexFormatError(f"{folder}: bad hybrid parameters in the manifest ({e}); "
+                                   "rebuild the index") from e
