@@ -61,6 +61,22 @@ def test_position_sweep_tiny(tmp_path: Path, tiny_gen, shared_data: Path) -> Non
     assert s["gap"] == pytest.approx(s["best"] - s["worst"]) and s["gap"] >= 0
     # each (question, slot) context holds k passages with the gold one at the slot
     assert len(d["per_question"]) == 3 * 11
+    for rec in pool[:3]:
+        rows = [r for r in d["per_question"] if r["qid"] == rec.id]
+        gold = rec.gold_ids[0]
+        assert all(r["gold_id"] == gold for r in rows)
+        assert [r["passage_ids"] for r in rows if r["setting"] == "closed_book"] == [[]]
+        assert [r["passage_ids"] for r in rows if r["setting"] == "oracle"] == [[gold]]
+        distract = None
+        for r in (r for r in rows if r["setting"] == "slot"):
+            ids = r["passage_ids"]
+            assert len(ids) == r["k"] and ids[r["slot"]] == gold and ids.count(gold) == 1
+            rest = ids[: r["slot"]] + ids[r["slot"] + 1:]
+            if r["k"] == 8:
+                distract = distract or rest
+                assert rest == distract  # the same 7 distractors in the same order at every slot
+        for r in (r for r in rows if r["setting"] == "slot" and r["k"] == 4):
+            assert r["passage_ids"][: r["slot"]] + r["passage_ids"][r["slot"] + 1:] == distract[:3]
     png = res.plot(tmp_path / "sweep.png")
     assert Path(png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     json.dumps(d)  # JSON-ready

@@ -90,7 +90,8 @@ class SweepResult:
     """Outcome of :func:`position_sweep`.
 
     ``rows``: one dict per (setting, k, slot) with ``subspan_em`` and ``logprob`` means;
-    ``per_question``: the raw values; ``summary``: per k the worst slot and best−worst gaps.
+    ``per_question``: the raw values, with the context's ``passage_ids`` in prompt order and the
+    ``gold_id``; ``summary``: per k the worst slot and best−worst gaps.
     """
 
     model: str
@@ -259,8 +260,9 @@ def position_sweep(
             }
         summary[str(kk)] = entry
     per_q = [
-        {"qid": recs[i].id, "setting": st, "k": kk, "slot": s, "prediction": p, "subspan_em": float(e), "logprob": float(l)}
-        for (i, st, kk, s, _), p, e, l in zip(settings, preds, em, lp)
+        {"qid": recs[i].id, "setting": st, "k": kk, "slot": s, "passage_ids": [c.id for c in ctx],
+         "gold_id": golds[i].id, "prediction": p, "subspan_em": float(e), "logprob": float(l)}  # type: ignore[union-attr]
+        for (i, st, kk, s, ctx), p, e, l in zip(settings, preds, em, lp)
     ]
     return SweepResult(
         model=str(getattr(generator, "name", "generator")),
