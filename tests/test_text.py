@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from ragkit.eval.metrics import f1_max
 from ragkit.generation import Generator
 from ragkit.text import cut_at_stop, extract_answer, normalize_answer
-from ragkit.training.psgrpo import ParaphraseSetReward, clean_completion
+from ragkit.training.psgrpo import ParaphraseSetReward
 
 STOPS = ("\n", "Question:", "Passages:")
 GOLD = ["Paris"]
@@ -36,8 +37,20 @@ def _eval_path(raw: str) -> str:
 
 
 def test_reward_and_eval_read_the_same_answer() -> None:
+    """The similarity inside the PS-GRPO reward receives exactly the answers evaluation scores."""
+    seen: list[str] = []
+
+    def recording_sim(hyps, refs):
+        seen.extend(hyps)
+        return np.ones(len(hyps))
+
+    reward = ParaphraseSetReward(sim=recording_sim, kappa=None, gold_weight=0.0, stops=STOPS)
+    n = len(COMPLETIONS)
+    reward(prompts=[""] * 2 * n, completions=[c for c in COMPLETIONS for _ in range(2)],
+           set_id=[f"s{i}" for i in range(n) for _ in range(2)], member=[0, 1] * n, answers=[GOLD] * 2 * n)
+    assert seen == [_eval_path(raw) for raw in COMPLETIONS for _ in range(2)]
     for raw in COMPLETIONS:
-        assert clean_completion(raw, STOPS) == _eval_path(raw) == extract_answer(raw, STOPS), raw
+        assert _eval_path(raw) == extract_answer(raw, STOPS), raw
 
 
 def test_reward_gold_term_equals_the_eval_metric() -> None:
