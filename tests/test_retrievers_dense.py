@@ -139,3 +139,22 @@ def test_hybrid_bm25_dense_round_trip(tiny_encoder_dir: Path, corpus: list[Passa
     assert [x.ids() for x in got] == [x.ids() for x in again]
     for x, y in zip(got, again):
         assert x.scores() == pytest.approx(y.scores())
+
+
+@pytest.mark.parametrize("index_type", ["flat", "ivf"])
+def test_corpus_encoded_in_chunks_gives_the_same_index(tiny_encoder_dir: Path,
+                                                       corpus: list[Passage],
+                                                       index_type: str) -> None:
+    # batch_size 1 -> chunks of 64 passages: 120 passages arrive in two chunks
+    one = DenseRetriever(str(tiny_encoder_dir), index_type=index_type, nlist=4, nprobe=4,
+                         device="cpu", show_progress=False).index(corpus)
+    chunked = DenseRetriever(str(tiny_encoder_dir), index_type=index_type, nlist=4, nprobe=4,
+                             batch_size=1, device="cpu", show_progress=False)
+    seen = []
+    orig = chunked.encode_passages
+    chunked.encode_passages = lambda ps, show_progress=None: seen.append(len(ps)) or orig(ps)
+    chunked.index(iter(corpus))  # a generator is fine
+    assert seen == [64, 56]
+    a, b = one.search(QUERIES, k=10), chunked.search(QUERIES, k=10)
+    assert [x.ids() for x in a] == [x.ids() for x in b]
+    np.testing.assert_allclose([x.scores() for x in a], [x.scores() for x in b], rtol=1e-5)

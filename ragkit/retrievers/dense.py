@@ -1,7 +1,9 @@
 """Dense retrieval: a sentence-transformers bi-encoder and a FAISS inner-product index.
 
 Passages (``title\\ntext``) and queries are encoded in batches into L2-normalised vectors, so
-the inner product is the cosine similarity (Reimers & Gurevych, "Sentence-BERT", EMNLP 2019)::
+the inner product is the cosine similarity (Reimers & Gurevych, "Sentence-BERT", EMNLP 2019).
+A corpus is encoded ``64 * batch_size`` passages at a time and each chunk goes straight into
+FAISS (an IVF index gathers all vectors first: its k-means needs them)::
 
     score(q, d) = <e(q), e(d)> / (||e(q)|| ||e(d)||)
 
@@ -22,13 +24,13 @@ of ``passages.jsonl`` (the id map).
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ragkit.io import progress_enabled
+from ragkit.io import progress, progress_enabled
 from ragkit.models import DEFAULT_EMBEDDER, load_embedder, resolve_embedder_path
 from ragkit.retrievers.base import IndexFormatError, Retriever, check_passages, register_retriever
 from ragkit.types import Passage, Query
@@ -221,16 +223,39 @@ class DenseRetriever(Retriever):
             return faiss.index_gpu_to_cpu(self._index)
         return self._index
 
+    def _encoded_chunks(self, passages: list[Passage]) -> Iterator[np.ndarray]:
+        """Vectors of ``64 * batch_size`` passages at a time: the texts of the whole corpus are
+        never copied into one list, and FAISS receives each chunk as it is encoded."""
+        step = 64 * self.batch_size
+        show = progress_enabled(self.show_progress)
+        starts = range(0, len(passages), step)
+        for start in progress(starts, show=show and len(starts) > 1, desc="encode", leave=False):
+            yield self.encode_passages(passages[start:start + step],
+                                       show_progress=show and len(starts) == 1)
+
     def _build(self, passages: list[Passage]) -> None:
-        vecs = self.encode_passages(passages)
-        self.dimension = int(vecs.shape[1])
-        index = self._new_index(vecs)
-        index.add(vecs)
+        chunks = self._encoded_chunks(passages)
+        first = next(chunks)
+        self.dimension = int(first.shape[1])
+        if self.index_type == "ivf":  # k-means needs every vector before the first add
+            vecs = np.empty((len(passages), self.dimension), dtype=np.float32)
+            vecs[: len(first)] = first
+            pos = len(first)
+            for c in chunks:
+                vecs[pos:pos + len(c)] = c
+                pos += len(c)
+            index = self._new_index(vecs)
+            index.add(vecs)
+        else:
+            index = self._new_index(first)
+            index.add(first)
+            for c in chunks:
+                index.add(c)
         self._index = index
 
     def _add(self, passages: list[Passage]) -> None:
-        vecs = self.encode_passages(passages)
-        self._index.add(vecs)
+        for vecs in self._encoded_chunks(passages):
+            self._index.add(vecs)
 
     def index_vectors(self, passages: Sequence[Passage], vectors: np.ndarray) -> DenseRetriever:
         """Index precomputed passage vectors (row ``i`` belongs to ``passages[i]``).
