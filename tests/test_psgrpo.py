@@ -216,8 +216,9 @@ def test_cli_parses_and_rejects_bad_input(tmp_path) -> None:
                          "--generations", "2", "--output-dir", str(tmp_path), "--max-steps", "1", "--beta", "0.1",
                          "--epsilon", "0.3", "--kappa", "2", "--reward", "rougel", "--gold-weight", "0.25",
                          "--lr", "1e-5", "--resume"])
-    assert (args.paraphrases, args.generations, args.beta, args.epsilon, args.kappa, args.reward,
-            args.gold_weight, args.lr, args.resume) == (3, 2, 0.1, 0.3, 2, "rougel", 0.25, 1e-5, True)
+    assert (args.paraphrases, args.num_generations, args.beta, args.epsilon, args.kappa, args.reward,
+            args.gold_weight, args.learning_rate, args.resume_from_checkpoint) == \
+        (3, 2, 0.1, 0.3, 2, "rougel", 0.25, 1e-5, "last")
     with pytest.raises(FileNotFoundError):
         args.func(args)
     args.paraphrases = 1
