@@ -50,14 +50,15 @@ def _single(a: argparse.Namespace) -> dict[str, Any]:
     import torch
 
     from ragkit.generation import Generator
-    from ragkit.training.cord import CORDCollator, CORDSettings, answer_logprobs, load_model_for_training, pair_loss
+    from ragkit.training.cord import CORDCollator, CORDConfig, answer_logprobs, load_model, pair_loss
     from ragkit.training.data import load_examples
     from ragkit.training.perturb import OrderPerturbation
 
     torch.manual_seed(0)
-    st = CORDSettings(loss=a.single, lora=a.lora, passage_max_tokens=a.passage_max_tokens)
+    st = CORDConfig(output_dir=str(Path(a.tmp) / "run"), model=_model(a.model, Path(a.tmp)), loss=a.single,
+                    lora=a.lora, passage_max_tokens=a.passage_max_tokens)
     examples = load_examples(a.data_file, limit=a.batch_size, k=a.k)
-    model, tok = load_model_for_training(_model(a.model, Path(a.tmp)), st)
+    model, tok, _ = load_model(st)
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     model.to(dev)
     base = model.get_base_model() if hasattr(model, "get_base_model") else model

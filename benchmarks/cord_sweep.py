@@ -28,6 +28,11 @@ import numpy as np
 from ragkit.io import atomic_write_text
 
 
+def _final(run: Path) -> str:
+    """The trained model of a CORD run folder (``final/``; older runs saved it in the folder itself)."""
+    return str(run / "final") if (run / "final" / "config.json").exists() else str(run)
+
+
 def _sweep(model_path: str | None, recs: list, pool: list, args: argparse.Namespace) -> dict[str, Any]:
     from ragkit.eval.sweep import position_sweep
     from ragkit.generation import Generator
@@ -117,7 +122,7 @@ def main() -> int:
     os.environ.setdefault("RAGKIT_NO_PROGRESS", "1")
     from ragkit.datasets import load_dataset
     from ragkit.models import resolve_generator_path
-    from ragkit.training.cord import CORDSettings, train_cord
+    from ragkit.training.cord import CORDConfig, train_cord
     from ragkit.training.data import load_examples
 
     base = resolve_generator_path(None)
@@ -138,15 +143,15 @@ def main() -> int:
     for loss in a.losses.split(","):
         out = Path(a.workdir) / loss
         if a.sweep_only:
-            result["sweep"][loss] = _sweep(str(out), recs, pool, a)
+            result["sweep"][loss] = _sweep(_final(out), recs, pool, a)
             continue
-        st = CORDSettings(loss=loss, lam=a.lam, lora=True, max_steps=a.steps, batch_size=1, lr=a.lr,
-                          passage_max_tokens=a.passage_max_tokens, save_steps=max(1, a.steps // 2),
-                          logging_steps=5, seed=0)
-        s = train_cord(examples, base, out, st, resume="last")
+        st = CORDConfig(output_dir=str(out), model=base, loss=loss, lam=a.lam, lora=True, max_steps=a.steps,
+                        per_device_train_batch_size=1, learning_rate=a.lr, passage_max_tokens=a.passage_max_tokens,
+                        save_steps=max(1, a.steps // 2), logging_steps=5, seed=0, resume_from_checkpoint="last")
+        s = train_cord(examples, st)
         result["train"][loss] = {k: v for k, v in s.items() if k != "settings"}
         save()
-        result["sweep"][loss] = _sweep(str(out), recs, pool, a)
+        result["sweep"][loss] = _sweep(_final(out), recs, pool, a)
         save()
     result["gap_bootstrap"] = gap_bootstrap(result["sweep"])
     save()

@@ -69,7 +69,7 @@ def bench_rewards(configs: list[tuple[int, int]], kappa: int, s: int, repeats: i
 def bench_step(model: str, steps: int, n: int, g: int, max_new: int) -> dict:
     from ragkit.datasets import sample_records
     from ragkit.paraphrase import RuleParaphraser, build_paraphrase_sets
-    from ragkit.training.psgrpo import PSGRPOSettings, select_passages, train_psgrpo
+    from ragkit.training.psgrpo import PSGRPOConfig, select_passages, train_psgrpo
 
     tmp = Path(tempfile.mkdtemp(prefix="psgrpo-bench-"))
     if model == "tiny":
@@ -84,10 +84,10 @@ def bench_step(model: str, steps: int, n: int, g: int, max_new: int) -> dict:
     recs = sample_records(max(steps, 2))
     sets = build_paraphrase_sets(recs, RuleParaphraser(seed=0), n=n - 1,
                                  passage_filter=lambda r: select_passages(r, 2))
-    st = PSGRPOSettings(n=n, g=g, max_steps=steps, beta=0.04, epsilon=0.2, kappa=3,
-                        max_completion_length=max_new, learning_rate=1e-5, save_steps=10_000,
-                        extra={"mask_truncated_completions": False})
-    summ = train_psgrpo(sets, path, tmp / "run", st, passage_max_tokens=48, device="cpu")
+    st = PSGRPOConfig(output_dir=str(tmp / "run"), model=path, paraphrases=n, num_generations=g, max_steps=steps,
+                      beta=0.04, epsilon=0.2, kappa=3, max_completion_length=max_new, learning_rate=1e-5,
+                      save_steps=10_000, mask_truncated_completions=False, passage_max_tokens=48, use_cpu=True)
+    summ = train_psgrpo(sets, st)
     return {"model": label, "steps": summ["steps"], "n": n, "g": g, "max_completion_length": max_new,
             "rollouts_per_step": n * g, "wall_s": summ["wall_s"], "s_per_step": summ["wall_s"] / summ["steps"],
             "rollout_tokens": summ["rollout_tokens"],

@@ -73,7 +73,7 @@ def main() -> None:
     from ragkit.datasets import load_hotpotqa
     from ragkit.retrievers import BM25Retriever
     from ragkit.paraphrase import RuleParaphraser, build_paraphrase_sets
-    from ragkit.training.psgrpo import PSGRPOSettings, select_passages, train_psgrpo
+    from ragkit.training.psgrpo import PSGRPOConfig, select_passages, train_psgrpo
 
     torch.set_num_threads(2)
     train = load_hotpotqa(DATA / "train.jsonl", limit=args.train_questions)
@@ -94,10 +94,12 @@ def main() -> None:
 
     sets = build_paraphrase_sets(train, RuleParaphraser(seed=0), n=args.n - 1,
                                  passage_filter=lambda r: select_passages(r, args.k))
-    st = PSGRPOSettings(n=args.n, g=args.g, max_steps=args.steps, beta=args.beta, epsilon=0.2, kappa=3, s=1,
-                        reward="bleu2", gold_weight=args.gold_weight, learning_rate=args.lr, temperature=1.0,
-                        max_completion_length=args.max_completion_length, lora_r=args.lora_r, seed=0, save_steps=10_000)
-    summary = train_psgrpo(sets, None, args.run_dir, st, passage_max_tokens=args.passage_max_tokens, device="cpu")
+    st = PSGRPOConfig(output_dir=str(args.run_dir), model=None, paraphrases=args.n, num_generations=args.g,
+                      max_steps=args.steps, beta=args.beta, epsilon=0.2, kappa=3, s=1, reward="bleu2",
+                      gold_weight=args.gold_weight, learning_rate=args.lr, temperature=1.0,
+                      max_completion_length=args.max_completion_length, lora_r=args.lora_r, seed=0,
+                      save_steps=10_000, passage_max_tokens=args.passage_max_tokens, use_cpu=True)
+    summary = train_psgrpo(sets, st)
     hist = summary.pop("history")
     result["training"] = summary
     result["training"]["reward_curve"] = [h.get("reward") for h in hist]
