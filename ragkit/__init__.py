@@ -29,7 +29,7 @@ _LAZY = {
     "PositionProfile": "ragkit.debias",
     "Reranker": "ragkit.reranking",
     "RAGPipeline": "ragkit.pipeline",
-    "load_dataset": "ragkit.eval",
+    "load_dataset": "ragkit.datasets",
     "run_eval": "ragkit.eval",
 }
 

@@ -1,6 +1,9 @@
-"""ragkit.eval: datasets, metrics, the evaluation runner, the position sweep and consistency metrics.
+"""ragkit.eval: metrics, the evaluation runner, the position sweep and consistency metrics.
 
->>> from ragkit.eval import load_dataset, f1_max, best_subspan_em    # doctest: +SKIP
+The dataset loaders live in the shared core, :mod:`ragkit.datasets`.
+
+>>> from ragkit.datasets import load_dataset                        # doctest: +SKIP
+>>> from ragkit.eval import f1_max, best_subspan_em                 # doctest: +SKIP
 >>> recs = load_dataset("nq-open", "nq-open-oracle.jsonl.gz", limit=10)   # doctest: +SKIP
 
 The runner (:func:`ragkit.eval.runner.run_eval`) is what ``ragkit eval`` calls.
@@ -10,7 +13,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from ragkit.datasets import DATASET_NAMES, load_dataset, pooled_corpus, sample_corpus, sample_records
 from ragkit.eval.metrics import (
     best_subspan_em,
     bleu,
@@ -24,11 +26,6 @@ from ragkit.eval.metrics import (
 )
 
 __all__ = [
-    "DATASET_NAMES",
-    "load_dataset",
-    "pooled_corpus",
-    "sample_records",
-    "sample_corpus",
     "exact_match",
     "exact_match_max",
     "f1_score",
