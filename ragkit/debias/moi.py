@@ -61,7 +61,7 @@ from ragkit.debias.estimators import (
     separates,
     surrogate_utilities,
 )
-from ragkit.debias.outcomes import OUTCOMES, OutcomeFn, OutcomeResult, compute_outcomes
+from ragkit.debias.outcomes import OUTCOMES, OutcomeFn, OutcomeResult, compute_outcomes, reusable_answer
 from ragkit.debias.placement import place
 from ragkit.debias.profile import PositionProfile
 from ragkit.types import Passage, Query, RankedList, as_passages
@@ -217,6 +217,11 @@ class MoI:
         Saturated designs: smallest outcome range (nats) that counts as the outcome moving.
     stable_top
         ``budget="auto"``: the number ``m`` of top passages that must be unchanged for a round.
+    reuse_cache
+        One prefill per ordering (:mod:`ragkit.debias.outcomes`): generate each ordering's answer
+        and score candidates from the same cache, and reuse an ordering's answer as the final
+        answer when the chosen order is one of the orderings run. ``False``: the former path
+        (generate, prefill again to score, a new prompt for the final answer); same outputs.
     """
 
     def __init__(
@@ -241,6 +246,7 @@ class MoI:
         min_spread: float = 1e-2,
         stable_top: int = 2,
         calibrate_profile: bool = False,
+        reuse_cache: bool = True,
     ) -> None:
         if design not in DESIGNS:
             raise ValueError(f"unknown design {design!r}; choose one of {DESIGNS}")
@@ -285,14 +291,15 @@ class MoI:
         self.min_spread = float(min_spread)
         self.stable_top = int(stable_top)
         self.calibrate_profile = bool(calibrate_profile)
+        self.reuse_cache = bool(reuse_cache)
         self._profiles: dict[int, PositionProfile] = {}
 
     def _outcome_kwargs(self) -> dict[str, Any]:
         if callable(self.outcome) or self.outcome == "gold":
             return {}
         if self.outcome == "consensus":
-            return {"max_new_tokens": self.max_new_tokens, "max_tied": self.max_tied}
-        return {"max_new_tokens": self.max_new_tokens}
+            return {"max_new_tokens": self.max_new_tokens, "max_tied": self.max_tied, "reuse_cache": self.reuse_cache}
+        return {"max_new_tokens": self.max_new_tokens, "reuse_cache": self.reuse_cache}
 
     def profile_for(self, k: int) -> PositionProfile:
         """The profile used for ``k`` passages (given, or the model's own; memoised per ``k``)."""
@@ -444,11 +451,17 @@ class MoI:
                                      inputs=list(p), fallback=fell_back, fit_stats=dict(stats),
                                      rounds=rounds[i], estimated_weights=est_w))
         if generate_answer:
-            finals = self.generator.answer(qs, [[p[j] for j in r.order] for p, r in zip(ps, results)],
-                                           max_new_tokens=self.max_new_tokens)
-            for r, a in zip(results, finals):
-                r.answer = a
-                r.generator_calls += 1
+            reused = [reusable_answer(r.orderings, r.ordering_answers, r.order) if self.reuse_cache else None
+                      for r in results]
+            todo = [i for i, a in enumerate(reused) if a is None]
+            finals = self.generator.answer([qs[i] for i in todo], [[ps[i][j] for j in results[i].order] for i in todo],
+                                           max_new_tokens=self.max_new_tokens) if todo else []
+            for i, a in zip(todo, finals):
+                results[i].answer = a
+                results[i].generator_calls += 1
+            for r, a in zip(results, reused):
+                if a is not None:
+                    r.answer = a
         return results
 
     def _run_adaptive(

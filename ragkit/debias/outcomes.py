@@ -1,9 +1,17 @@
 """Outcomes of passage orderings for Mixture-of-Intervention, batched across orderings and queries.
 
-Every outcome is scored by teacher forcing (prefill only) with
-:meth:`ragkit.generation.Generator.score_orderings`, which computes the shared instruction +
-question prefix once per query (Lee et al., NAACL Findings 2025, arXiv 2412.10684; outcome
-definitions fixed in the methods spec, section 1):
+Every outcome is a teacher-forced log-prob; the shared instruction + question prefix is computed
+once per query (Lee et al., NAACL Findings 2025, arXiv 2412.10684; outcome definitions fixed in
+the methods spec, section 1). An "ordering" (intervention) lists distinct passage indices in
+prompt order and may hold any subset of the passages (presence designs leave some out).
+
+Cost floor (``reuse_cache=True``, the default): the label-free outcomes run
+:meth:`ragkit.generation.Generator.run_orderings`, which prefills each ordering once, generates its
+greedy answer from that cache, and scores the consensus answer (or each ordering's own answer) as
+a continuation of the same cache: ``M`` orderings cost the shared prefix once plus each ordering's
+own tokens, instead of generating and then prefilling every ordering again
+(``reuse_cache=False``, the former path: ``generate`` + :meth:`score_orderings`; same numbers up
+to float error).
 
 - ``gold``: mean log-prob of the reference answer under each ordering (the best over the
   reference aliases); an oracle for calibration and distillation labels.
@@ -13,6 +21,12 @@ definitions fixed in the methods spec, section 1):
   scored, at most ``max_tied`` of them, earliest-seen first); the outcome is the consensus
   answer's mean log-prob under each ordering.
 - ``confidence``: the mean log-prob of each ordering's own greedy answer under that ordering.
+- ``full_answer`` (label-free, for presence designs): the greedy answer of the full prompt (all
+  passages, given order) generated once, then its mean log-prob under each intervention, so a
+  design of ``M`` interventions costs ``M + 1`` sequences sharing the prompt prefix. This is the
+  label-free outcome of leave-one-out context attribution (AttriBoT, Liu et al. 2024,
+  arXiv 2411.15102) and ContextCite (Cohen-Wang et al. 2024, arXiv 2409.00729), which attribute
+  the model's own response to the context.
 
 ``generator_calls`` counts the sequences sent through the model (one per generated answer, one
 per scored (ordering, answer) pair).
@@ -28,6 +42,8 @@ from typing import Any
 
 import numpy as np
 
+from ragkit.generation.base import GeneratorLike
+from ragkit.text import normalize_answer
 from ragkit.types import Passage
 
 __all__ = [
@@ -39,12 +55,14 @@ __all__ = [
     "gold_outcomes",
     "consensus_outcomes",
     "confidence_outcomes",
+    "full_answer_outcomes",
     "compute_outcomes",
+    "reusable_answer",
 ]
 
 logger = logging.getLogger(__name__)
 
-OUTCOMES = ("consensus", "gold", "confidence")
+OUTCOMES = ("consensus", "gold", "confidence", "full_answer")
 
 OutcomeFn = Callable[..., list["OutcomeResult"]]
 
@@ -72,25 +90,50 @@ class OutcomeResult:
 
 
 def _norm(s: str) -> str:
-    from ragkit.text import normalize_answer
-
     return normalize_answer(s)
 
 
-def ordering_prompts(generator: Any, question: str, passages: Sequence[Passage],
+def _can_reuse(generator: GeneratorLike, reuse_cache: bool) -> bool:
+    return bool(reuse_cache) and callable(getattr(generator, "run_orderings", None))
+
+
+def ordering_prompts(generator: GeneratorLike, question: str, passages: Sequence[Passage],
                      orderings: Sequence[Sequence[int]]) -> list[str]:
-    """The full prompt of each ordering."""
+    """The full prompt of each ordering (any subset of distinct indices; ``[]``: no passages)."""
     return [generator.build_prompt(question, [passages[i] for i in o]) for o in orderings]
 
 
+def reusable_answer(orderings: Sequence[Sequence[int]], answers: Sequence[str], order: Sequence[int]) -> str | None:
+    """The answer already generated for ``order`` when it is one of the orderings run, else ``None``.
+
+    Per-ordering answers are greedy with the same template stops as
+    :meth:`ragkit.generation.Generator.answer`, which only differs by forbidding EOS as the first
+    token: an empty answer (possibly that EOS) is never reused.
+    """
+    target = [int(i) for i in order]
+    for o, a in zip(orderings, answers):
+        if [int(i) for i in o] == target and a and a.strip():
+            return a
+    return None
+
+
 def generate_per_ordering(
-    generator: Any,
+    generator: GeneratorLike,
     questions: Sequence[str],
     passages: Sequence[Sequence[Passage]],
     orderings: Sequence[Sequence[Sequence[int]]],
     max_new_tokens: int = 16,
+    reuse_cache: bool = True,
 ) -> list[list[str]]:
-    """Greedy short answers for every (query, ordering) in one batched ``generate`` call."""
+    """Greedy short answers for every (query, ordering), batched across orderings and queries.
+
+    With ``reuse_cache`` (and a generator with ``run_orderings``) each query's shared prompt
+    prefix is computed once (answer voting and permutation self-consistency call this).
+    """
+    if _can_reuse(generator, reuse_cache):
+        runs = generator.run_orderings(questions, passages, orderings, None,  # type: ignore[attr-defined]
+                                       max_new_tokens=max_new_tokens)
+        return [list(r.answers) for r in runs]
     prompts: list[str] = []
     sizes: list[int] = []
     for q, ps, ods in zip(questions, passages, orderings):
@@ -126,7 +169,7 @@ def majority_answer(answers: Sequence[str]) -> tuple[list[str], Counter[str]]:
 
 
 def gold_outcomes(
-    generator: Any,
+    generator: GeneratorLike,
     questions: Sequence[str],
     passages: Sequence[Sequence[Passage]],
     orderings: Sequence[Sequence[Sequence[int]]],
@@ -159,7 +202,7 @@ def gold_outcomes(
 
 
 def consensus_outcomes(
-    generator: Any,
+    generator: GeneratorLike,
     questions: Sequence[str],
     passages: Sequence[Sequence[Passage]],
     orderings: Sequence[Sequence[Sequence[int]]],
@@ -167,12 +210,32 @@ def consensus_outcomes(
     max_new_tokens: int = 16,
     max_tied: int = 3,
     sampled: list[list[str]] | None = None,
+    reuse_cache: bool = True,
 ) -> list[OutcomeResult]:
     """``consensus``: score the majority answer under every ordering (see the module docstring).
 
     ``sampled`` may pass already generated per-ordering answers (then no generation is run and
-    none is counted).
+    none is counted). ``reuse_cache``: one prefill per ordering (module docstring).
     """
+    if sampled is None and _can_reuse(generator, reuse_cache):
+        def tied_of(q: int, outs: list[str]) -> list[str]:
+            return majority_answer(outs)[0][:max(1, max_tied)]
+
+        runs = generator.run_orderings(questions, passages, orderings, tied_of,  # type: ignore[attr-defined]
+                                       max_new_tokens=max_new_tokens)
+        out: list[OutcomeResult] = []
+        for i, run in enumerate(runs):
+            M = len(orderings[i])
+            scored = [(rnd[0], np.asarray(r.mean, dtype=np.float64)) for rnd, r in zip(run.candidates, run.scores)]
+            calls = M + M * len(scored)
+            if not scored:
+                logger.warning("query %d: every ordering produced an empty answer; outcomes carry no signal", i)
+                out.append(OutcomeResult(values=np.zeros(M), answers=list(run.answers), target=None,
+                                         generator_calls=calls))
+                continue
+            best_a, best_v = max(scored, key=lambda t: float(t[1].mean()))  # max() keeps the first on ties
+            out.append(OutcomeResult(values=best_v, answers=list(run.answers), target=best_a, generator_calls=calls))
+        return out
     gen_calls = 0
     if sampled is None:
         sampled = generate_per_ordering(generator, questions, passages, orderings, max_new_tokens)
@@ -210,18 +273,36 @@ def consensus_outcomes(
 
 
 def confidence_outcomes(
-    generator: Any,
+    generator: GeneratorLike,
     questions: Sequence[str],
     passages: Sequence[Sequence[Passage]],
     orderings: Sequence[Sequence[Sequence[int]]],
     answers: Sequence[Sequence[str]] | None = None,
     max_new_tokens: int = 16,
     sampled: list[list[str]] | None = None,
+    reuse_cache: bool = True,
 ) -> list[OutcomeResult]:
     """``confidence``: each ordering's own greedy answer, scored under that ordering.
 
-    An empty answer gets the lowest outcome seen for that query (it carries no confidence).
+    An empty answer gets the lowest outcome seen for that query (it carries no confidence). With
+    ``reuse_cache`` the log-probs of a greedy answer come from its own decode steps.
     """
+    if sampled is None and _can_reuse(generator, reuse_cache):
+        def own(q: int, outs: list[str]) -> list[list[str]]:
+            return [[a if a.strip() else "" for a in outs]]
+
+        runs = generator.run_orderings(questions, passages, orderings, own,  # type: ignore[attr-defined]
+                                       max_new_tokens=max_new_tokens)
+        res_c: list[OutcomeResult] = []
+        for i, run in enumerate(runs):
+            keep = [m for m, a in enumerate(run.answers) if a.strip()]
+            v = np.full(len(orderings[i]), np.nan)
+            if keep:
+                v[keep] = np.asarray(run.scores[0].mean, dtype=np.float64)[keep]
+            v = np.zeros_like(v) if np.all(np.isnan(v)) else np.where(np.isnan(v), np.nanmin(v), v)
+            res_c.append(OutcomeResult(values=v, answers=list(run.answers), target=None,
+                                       generator_calls=len(orderings[i]) + len(keep)))
+        return res_c
     gen_calls = 0
     if sampled is None:
         sampled = generate_per_ordering(generator, questions, passages, orderings, max_new_tokens)
@@ -251,9 +332,42 @@ def confidence_outcomes(
     return out
 
 
+def full_answer_outcomes(
+    generator: GeneratorLike,
+    questions: Sequence[str],
+    passages: Sequence[Sequence[Passage]],
+    orderings: Sequence[Sequence[Sequence[int]]],
+    answers: Sequence[Sequence[str]] | None = None,
+    max_new_tokens: int = 16,
+    reuse_cache: bool = True,
+) -> list[OutcomeResult]:
+    """``full_answer``: the full prompt's greedy answer, scored under every intervention.
+
+    The full prompt holds all passages in the given order; its answer is generated once per query
+    (:meth:`Generator.answer`, one batched call) and then scored under each intervention with
+    :meth:`Generator.score_orderings` (shared prefix once): ``M + 1`` sequences. A query whose full
+    answer is empty gets zero outcomes (no signal) and a warning. ``reuse_cache`` is accepted for a
+    uniform signature (the scoring always reuses the shared prefix).
+    """
+    del reuse_cache
+    finals = generator.answer(list(questions), [list(p) for p in passages], max_new_tokens=max_new_tokens)
+    live = [i for i, a in enumerate(finals) if a.strip()]
+    res = generator.score_orderings([questions[i] for i in live], [passages[i] for i in live],
+                                    [orderings[i] for i in live], [finals[i] for i in live]) if live else []
+    vals = {i: np.asarray(r.mean, dtype=np.float64) for i, r in zip(live, res)}
+    out: list[OutcomeResult] = []
+    for i, o in enumerate(orderings):
+        M = len(o)
+        if i not in vals:
+            logger.warning("query %d: the full prompt's answer is empty; outcomes carry no signal", i)
+        out.append(OutcomeResult(values=vals.get(i, np.zeros(M)), answers=[], target=finals[i] or None,
+                                 generator_calls=1 + (M if i in vals else 0)))
+    return out
+
+
 def compute_outcomes(
     kind: str | OutcomeFn,
-    generator: Any,
+    generator: GeneratorLike,
     questions: Sequence[str],
     passages: Sequence[Sequence[Passage]],
     orderings: Sequence[Sequence[Sequence[int]]],
@@ -276,4 +390,7 @@ def compute_outcomes(
         return consensus_outcomes(generator, questions, passages, orderings, answers, **kwargs)
     if kind == "confidence":
         return confidence_outcomes(generator, questions, passages, orderings, answers, **kwargs)
+    if kind == "full_answer":
+        kwargs.pop("max_tied", None)
+        return full_answer_outcomes(generator, questions, passages, orderings, answers, **kwargs)
     raise ValueError(f"unknown outcome {kind!r}; choose one of {OUTCOMES} or pass a callable")

@@ -220,6 +220,13 @@ def _prefix_cache(gen: Generator, queries: Sequence[int], p_ids: Sequence[Sequen
     return [(layer.keys, layer.values) for layer in cache.layers], mask
 
 
+def _crop(cache: Any, length: int) -> None:
+    """Keep the first ``length`` positions of a cache (a negative ``crop`` works across versions)."""
+    extra = cache.get_seq_length() - length
+    if extra > 0:
+        cache.crop(-extra)
+
+
 def _chunk_cache(kv: Sequence[tuple[torch.Tensor, torch.Tensor]], idx: torch.Tensor) -> Any:
     from transformers import DynamicCache
 
@@ -433,7 +440,7 @@ def _run_group(
             tokens[(q, m)] = (t, lp)
         if candidates is not None:
             width = full_mask.shape[1]
-            cache.crop(width - 1)  # the prompt without its last token, which each round re-feeds
+            _crop(cache, width - 1)  # the prompt without its last token, which each round re-feeds
             states.append((sel, cache, full_mask[:, :-1], ids[:, -1], pos[:, -1]))
     for q in group:
         texts = [finish_text(gen, tokens[(q, m)][0], stops) for m in range(len(p_ids[q]))]
@@ -478,7 +485,7 @@ def _run_group(
             ids[:, 0] = last_tok
             pos = last_pos[:, None] + torch.arange(1 + wa, device=dev)[None, :]
             logits, _ = forward_logits(gen, ids, torch.cat([mask, new_mask], dim=1), pos, past=cache, keep=1 + wa)
-            cache.crop(width)
+            _crop(cache, width)
             lsm = logits[:, :wa] - torch.logsumexp(logits[:, :wa], dim=-1, keepdim=True)
             for r, ((q, m), a) in enumerate(zip(sel, need)):
                 if a:

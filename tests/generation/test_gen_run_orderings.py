@@ -1,0 +1,130 @@
+"""One prefill per ordering (issue 15): ``run_orderings`` and the cached MoI outcomes equal the former path."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ragkit.debias.moi import MoI
+from ragkit.debias.outcomes import (
+    confidence_outcomes,
+    consensus_outcomes,
+    full_answer_outcomes,
+    generate_per_ordering,
+    reusable_answer,
+)
+from ragkit.generation import Generator, PromptTemplate
+from ragkit.types import Passage
+
+Q1 = "Which magazine was started first?"
+Q2 = "Who founded it in Philadelphia, and when?"
+
+
+@pytest.fixture(scope="module")
+def gen(tiny_lm_dir: Path) -> Generator:
+    # no newline stop: the random model's answers are then rarely empty
+    import torch
+
+    from ragkit.text import normalize_answer
+
+    tmpl = PromptTemplate(name="test", instruction="Answer the question using the passages.", stop=("Question:",))
+    g = Generator(str(tiny_lm_dir), device="cpu", template=tmpl, batch_size=3, show_progress=False)
+    # zero the (tied) embedding rows of punctuation-only tokens so that greedy answers hold words
+    tok = g.tokenizer
+    idx = [i for i in range(len(tok)) if not normalize_answer(tok.decode([i]))]
+    with torch.no_grad():
+        g.model.get_input_embeddings().weight[idx] = 0.0
+    return g
+
+
+@pytest.fixture(scope="module")
+def passages() -> list[Passage]:
+    return [Passage(str(i), f"passage {i} about the fox and the magazine " * (i % 3 + 1), title=f"T{i}")
+            for i in range(4)]
+
+
+def _clean_generate(gen: Generator, prompts: list[str], max_new_tokens: int) -> list[str]:
+    return [gen.clean_answer(o) for o in gen.generate(prompts, max_new_tokens=max_new_tokens,
+                                                      stop=list(gen.template.stop))]
+
+
+def test_run_orderings_equals_generate_then_score(gen: Generator, passages: list[Passage]) -> None:
+    ods1 = [[0, 1, 2, 3], [1, 2, 3, 0], [3, 2, 1, 0], [2, 0, 3, 1]]
+    ods2 = [[0, 1], [1], [], [1, 0]]  # subsets, and no passage at all
+    rounds = {0: ["Arthur's Magazine", None], 1: ["1844", None]}
+
+    def cands(q: int, answers: list[str]) -> list:
+        # round 0: one answer for every ordering; round 1: each ordering's own answer (free log-probs)
+        return [rounds[q][0], [a if a.strip() else "" for a in answers]]
+
+    runs = gen.run_orderings([Q1, Q2], [passages, passages[:2]], [ods1, ods2], cands, max_new_tokens=5)
+    for q, (question, ps, ods) in enumerate([(Q1, passages, ods1), (Q2, passages[:2], ods2)]):
+        prompts = [gen.build_prompt(question, [ps[i] for i in o]) for o in ods]
+        assert runs[q].answers == _clean_generate(gen, prompts, 5)
+        ref0 = gen.score_orderings([question], [ps], [ods], [rounds[q][0]])[0]
+        np.testing.assert_allclose(runs[q].scores[0].sum, ref0.sum, atol=1e-4)
+        own = runs[q].answers
+        live = [m for m, a in enumerate(own) if a.strip()]
+        assert live, "the tiny model should produce some non-empty answers"
+        ref1 = gen.score([prompts[m] for m in live], [own[m] for m in live])
+        np.testing.assert_allclose(runs[q].scores[1].sum[live], ref1.sum, atol=1e-4)
+        dead = [m for m in range(len(ods)) if m not in live]
+        assert all(runs[q].scores[1].num_tokens[m] == 0 for m in dead)
+
+
+def test_cached_outcomes_equal_former_path(gen: Generator, passages: list[Passage]) -> None:
+    qs, ps = [Q1, Q2], [passages, passages[:3]]
+    ods = [[[0, 1, 2, 3], [1, 2, 3, 0], [2, 3, 0, 1], [3, 0, 1, 2]], [[0, 1, 2], [2, 0, 1], [1, 2, 0]]]
+    gen.reset_counters()
+    new = consensus_outcomes(gen, qs, ps, ods, max_new_tokens=5, reuse_cache=True)
+    cached_tokens = gen.reset_counters()["prefill_tokens"]
+    old = consensus_outcomes(gen, qs, ps, ods, max_new_tokens=5, reuse_cache=False)
+    old_tokens = gen.reset_counters()["prefill_tokens"]
+    for a, b in zip(new, old):
+        assert a.answers == b.answers and a.target == b.target
+        np.testing.assert_allclose(a.values, b.values, atol=1e-4)
+        assert a.generator_calls == b.generator_calls
+    assert any(o.target for o in new), "the tiny model should produce a consensus answer"
+    assert cached_tokens < 0.7 * old_tokens, (cached_tokens, old_tokens)
+    for a, b in zip(confidence_outcomes(gen, qs, ps, ods, max_new_tokens=5, reuse_cache=True),
+                    confidence_outcomes(gen, qs, ps, ods, max_new_tokens=5, reuse_cache=False)):
+        assert a.answers == b.answers
+        np.testing.assert_allclose(a.values, b.values, atol=1e-4)
+    assert generate_per_ordering(gen, qs, ps, ods, 5, reuse_cache=True) == \
+        generate_per_ordering(gen, qs, ps, ods, 5, reuse_cache=False)
+
+
+def test_full_answer_outcome_scores_the_full_answer_under_subsets(gen: Generator, passages: list[Passage]) -> None:
+    loo = [[0, 1, 2, 3], [1, 2, 3], [0, 2, 3], [0, 1, 3], [0, 1, 2], []]
+    res = full_answer_outcomes(gen, [Q1], [passages], [loo], max_new_tokens=5)[0]
+    full = gen.answer([Q1], [passages], max_new_tokens=5)[0]
+    assert res.target == full and res.generator_calls == 1 + len(loo)
+    ref = gen.score([gen.build_prompt(Q1, [passages[i] for i in o]) for o in loo], [full] * len(loo))
+    np.testing.assert_allclose(res.values, ref.mean, atol=1e-4)
+
+
+def test_moi_cached_and_uncached_give_same_rankings_and_answers(gen: Generator, passages: list[Passage]) -> None:
+    qs = [Q1, Q2]
+    ps = [passages, passages[:3]]
+    n_reused = 0
+    for design, budget in (("cyclic", None), ("prior", 3)):
+        kw = dict(design=design, budget=budget, max_new_tokens=5, profile=None, placement="ranked")
+        new = MoI(gen, reuse_cache=True, **kw).run_many(qs, ps)
+        old = MoI(gen, reuse_cache=False, **kw).run_many(qs, ps)
+        for a, b in zip(new, old):
+            assert [h.passage.id for h in a.ranking] == [h.passage.id for h in b.ranking]
+            np.testing.assert_allclose(a.utilities, b.utilities, atol=1e-4)
+            assert a.order == b.order and a.answer == b.answer and a.ordering_answers == b.ordering_answers
+            reused = reusable_answer(a.orderings, a.ordering_answers, a.order) is not None
+            assert a.generator_calls == b.generator_calls - (1 if reused else 0)
+            n_reused += reused
+    assert n_reused > 0, "some final order should be one of the orderings run"
+
+
+def test_reusable_answer() -> None:
+    ods = [[0, 1, 2], [2, 1, 0]]
+    assert reusable_answer(ods, ["Paris", "London"], [2, 1, 0]) == "London"
+    assert reusable_answer(ods, ["Paris", "  "], [2, 1, 0]) is None
+    assert reusable_answer(ods, ["Paris", "London"], [1, 2, 0]) is None
