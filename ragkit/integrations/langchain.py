@@ -1,13 +1,16 @@
 """LangChain adapters (optional extra ``langchain``: needs ``langchain-core``).
 
 :func:`as_compressor` turns any :class:`ragkit.reranking.Reranker` (``MoIReranker``, the
-distilled student, ...) into a LangChain ``BaseDocumentCompressor``; :func:`as_retriever` turns a
-ragkit :class:`~ragkit.retrievers.Retriever` into a LangChain ``BaseRetriever``, optionally
-followed by a compressor, so ``retriever.invoke(question)`` retrieves and reranks.
+distilled student, a cross-encoder, ...) into a LangChain ``BaseDocumentCompressor``;
+:func:`as_retriever` turns a ragkit :class:`~ragkit.retrievers.Retriever` into a LangChain
+``BaseRetriever``, optionally followed by a compressor, so ``retriever.invoke(question)``
+retrieves and reranks. The compressor hands the retriever's scores (``metadata["retriever_score"]``,
+set by :func:`as_retriever`) to the reranker as its prior, and lays the kept documents out best
+first or in a bias-aware prompt order (``placement``).
 
->>> from ragkit.langchain import as_compressor, as_retriever         # doctest: +SKIP
->>> chain = as_retriever(bm25, k=10, compressor=as_compressor(MoIReranker(gen), top_n=3))  # doctest: +SKIP
->>> chain.invoke("Who wrote Hamlet?")                                # doctest: +SKIP
+>>> from ragkit.integrations.langchain import as_compressor, as_retriever     # doctest: +SKIP
+>>> comp = as_compressor(MoIReranker(gen), top_n=3, placement="bias_aware")  # doctest: +SKIP
+>>> as_retriever(bm25, k=10, compressor=comp).invoke("Who wrote Hamlet?")     # doctest: +SKIP
 
 ``langchain_core`` is imported lazily, so importing ragkit never requires it.
 """
@@ -18,6 +21,7 @@ from collections.abc import Sequence
 from functools import cache
 from typing import Any
 
+from ragkit.integrations._common import arerank_documents, check_options, rerank_documents
 from ragkit.types import Passage
 
 __all__ = ["as_compressor", "as_retriever", "document_to_passage", "passage_to_document"]
@@ -28,8 +32,8 @@ def _lc() -> Any:
         import langchain_core  # noqa: F401
     except ImportError as e:  # pragma: no cover - depends on the environment
         raise ImportError(
-            "ragkit.langchain needs langchain-core; install it with `pip install 'ragkit[langchain]'` "
-            "or `pip install langchain-core`"
+            "ragkit.integrations.langchain needs langchain-core; install it with "
+            "`pip install 'ragkit[langchain]'` or `pip install langchain-core`"
         ) from e
     return langchain_core
 
@@ -57,28 +61,37 @@ def _compressor_cls() -> type:
     from pydantic import ConfigDict
 
     class RagkitCompressor(BaseDocumentCompressor):
-        """Rerank LangChain documents with a ragkit ``Reranker``; keep the ``top_n`` best."""
+        """Rerank LangChain documents with a ragkit reranker; keep the ``top_n`` best, placed."""
 
         model_config = ConfigDict(arbitrary_types_allowed=True)
         reranker: Any
         top_n: int | None = None
         score_key: str = "rerank_score"
+        prior_key: str = "retriever_score"
+        placement: str = "none"
+        profile: Any = None
+
+        def _args(self, docs: list[Document]) -> dict[str, Any]:
+            mds = [d.metadata or {} for d in docs]
+            return {"titles": [str(m.get("title") or "") for m in mds],
+                    "scores": [m.get(self.prior_key) for m in mds],
+                    "top_n": self.top_n, "placement": self.placement, "profile": self.profile}
+
+        def _out(self, docs: list[Document], picked: list[tuple[int, float]]) -> list[Document]:
+            return [Document(page_content=docs[i].page_content, id=getattr(docs[i], "id", None),
+                             metadata={**dict(docs[i].metadata or {}), self.score_key: s}) for i, s in picked]
 
         def compress_documents(self, documents: Sequence[Document], query: str,
                                callbacks: Any = None) -> Sequence[Document]:
             docs = list(documents)
-            if not docs:
-                return []
-            passages = [Passage(id=str(i), text=d.page_content,
-                                title=str((d.metadata or {}).get("title") or "")) for i, d in enumerate(docs)]
-            ranked = self.reranker.rank(query, passages)
-            hits = list(ranked)[: self.top_n] if self.top_n else list(ranked)
-            out = []
-            for h in hits:
-                d = docs[int(h.passage.id)]
-                out.append(Document(page_content=d.page_content, id=getattr(d, "id", None),
-                                    metadata={**dict(d.metadata or {}), self.score_key: float(h.score)}))
-            return out
+            picked = rerank_documents(self.reranker, query, [d.page_content for d in docs], **self._args(docs))
+            return self._out(docs, picked)
+
+        async def acompress_documents(self, documents: Sequence[Document], query: str,
+                                      callbacks: Any = None) -> Sequence[Document]:
+            docs = list(documents)
+            picked = await arerank_documents(self.reranker, query, [d.page_content for d in docs], **self._args(docs))
+            return self._out(docs, picked)
 
     return RagkitCompressor
 
@@ -110,15 +123,37 @@ def _retriever_cls() -> type:
     return RagkitRetriever
 
 
-def as_compressor(reranker: Any, top_n: int | None = None, score_key: str = "rerank_score") -> Any:
-    """Wrap a ragkit ``Reranker`` as a LangChain ``BaseDocumentCompressor``.
+def as_compressor(
+    reranker: Any,
+    top_n: int | None = None,
+    score_key: str = "rerank_score",
+    placement: str = "none",
+    profile: Any = None,
+    prior_key: str = "retriever_score",
+) -> Any:
+    """Wrap a ragkit reranker as a LangChain ``BaseDocumentCompressor``.
 
-    The documents come back best first (at most ``top_n``), each with its reranker score in
-    ``metadata[score_key]``.
+    Parameters
+    ----------
+    reranker
+        Any ragkit reranker (``rank(query, passages, scores)``).
+    top_n
+        Keep the ``top_n`` best documents (``None``: all).
+    score_key
+        Metadata key that receives each document's reranker score.
+    placement
+        Order of the kept documents: ``"none"`` (best first), ``"reverse"``, ``"both_ends"``
+        ("lost in the middle") or ``"bias_aware"`` (the generator's calibrated position profile:
+        ``profile``, else the MoI reranker's own, else the recency profile).
+    profile
+        A :class:`~ragkit.debias.profile.PositionProfile` for ``bias_aware``.
+    prior_key
+        Metadata key holding the retriever's score; passed to the reranker as its prior when
+        every document has it (:func:`as_retriever` sets ``retriever_score``).
     """
-    if top_n is not None and top_n < 1:
-        raise ValueError(f"top_n must be >= 1 or None, got {top_n}")
-    return _compressor_cls()(reranker=reranker, top_n=top_n, score_key=score_key)
+    placement = check_options(reranker, top_n, placement)
+    return _compressor_cls()(reranker=reranker, top_n=top_n, score_key=score_key, placement=placement,
+                             profile=profile, prior_key=prior_key)
 
 
 def as_retriever(retriever: Any, k: int = 10, compressor: Any = None) -> Any:
