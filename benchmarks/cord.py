@@ -129,9 +129,9 @@ def main() -> int:
     for loss, r in rows.items():
         print(f"{loss:6} {r['rows']:4d} {r['tokens']:7d} {r['sec_per_step']:8.3f} {r['peak_mib']:9.0f}")
     print(f"cord/ce time ratio {ratio:.2f} (target <= 2.3)")
-    from ragkit.io import atomic_write_text
+from ragkit.io import write_json
 
-    atomic_write_text(a.out, json.dumps(result, indent=2))
+    write_json(a.out, result)
     return 0
 
 

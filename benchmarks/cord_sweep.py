@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from ragkit.io import atomic_write_text
+from ragkit.io import write_json
 
 
 def _final(run: Path) -> str:
@@ -131,7 +131,7 @@ def main() -> int:
     result: dict[str, Any] = {"model": base, "config": vars(a), "sweep": {}, "train": {}}
 
     def save() -> None:
-        atomic_write_text(a.out, json.dumps(result, indent=2, default=str))
+        write_json(a.out, result)
 
     if a.sweep_only and Path(a.out).exists():
         prev = json.loads(Path(a.out).read_text())

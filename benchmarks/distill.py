@@ -46,7 +46,7 @@ sys.path.insert(0, str(ROOT))
 
 from ragkit.datasets import load_hotpotqa  # noqa: E402
 from ragkit.eval.metrics import exact_match_max, f1_max, ir_metrics  # noqa: E402
-from ragkit.io import append_jsonl, atomic_write_text, read_appended_jsonl, read_jsonl  # noqa: E402
+from ragkit.io import append_jsonl, read_appended_jsonl, read_jsonl, write_json  # noqa: E402
 from ragkit.types import Passage, QARecord, RankedList  # noqa: E402
 
 logger = logging.getLogger("benchmarks.distill")
@@ -323,7 +323,7 @@ def main(argv: list[str] | None = None) -> int:
         "student": train_info,
         "command": " ".join([Path(sys.argv[0]).name] + (argv if argv is not None else sys.argv[1:])),
     }
-    atomic_write_text(args.out, json.dumps(result, indent=2, ensure_ascii=False, default=str))
+    write_json(args.out, result)
 
     cols = ("mrr@10", "recall@2", "em", "f1", "generator_calls_per_query", "encoder_passes_per_query",
             "rerank_s_per_query", "total_s_per_query")

@@ -65,9 +65,9 @@ def main() -> int:
             "aggregate": rep.get("aggregate") or rep.get("summary"),
         }
         print(f"{name:10s} rc={rc} wall={wall:8.1f}s  -> {report_path}")
-    from ragkit.io import atomic_write_text
+from ragkit.io import write_json
 
-    atomic_write_text(args.out, json.dumps(summary, indent=2, default=str))
+    write_json(args.out, summary)
     return 0
 
 

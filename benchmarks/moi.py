@@ -25,7 +25,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import platform
 import sys
@@ -74,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from ragkit.datasets import load_hotpotqa
     from ragkit.generation import Generator
-    from ragkit.io import atomic_write_text
+from ragkit.io import write_json
 
     logging.basicConfig(level=logging.WARNING)
     torch.set_num_threads(args.threads)
@@ -194,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name:8} {d['M']:>3} {d['lib_s_per_query']:>9.2f} {d['naive_s_per_query']:>10.2f} "
               f"{d['moi_speedup_vs_naive']:>8.2f} {d['moi_tokens_per_s']:>10.0f} {d['raw_forward_tokens_per_s']:>10.0f} "
               f"{d['moi_vs_raw_tokens_per_s_ratio']:>8.2f}")
-    atomic_write_text(args.out, json.dumps(out, indent=2) + "\n")
+    write_json(args.out, out)
     return 0
 
 

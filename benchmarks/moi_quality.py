@@ -19,7 +19,6 @@ method on the same completed questions.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import platform
@@ -104,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     from ragkit.datasets import load_hotpotqa
     from ragkit.eval.metrics import exact_match_max, f1_max, ir_metrics_per_query
     from ragkit.generation import Generator
-    from ragkit.io import atomic_write_text
+from ragkit.io import write_json
 
     t_start = time.perf_counter()
     records = load_hotpotqa(args.data, args.offset + args.limit)[args.offset:]
@@ -138,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
             "wall_seconds": time.perf_counter() - t_start, "finished": final,
             "summary": summarise(rows, methods), "per_question": rows,
         }
-        atomic_write_text(args.out, json.dumps(result, indent=2))
+        write_json(args.out, result)
         return result
 
     for i, rec in enumerate(records):

@@ -17,7 +17,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import sys
 import tempfile
@@ -117,9 +116,9 @@ def main() -> None:
         print(f"\none PS-GRPO step ({st['model']}, n=4, g=4): {st['s_per_step']:.2f} s/step, "
               f"{st['rollout_tokens_per_s']:.1f} rollout tokens/s")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    from ragkit.io import atomic_write_text
+from ragkit.io import write_json
 
-    atomic_write_text(args.out, json.dumps(res, indent=2))
+    write_json(args.out, res)
 
 
 if __name__ == "__main__":

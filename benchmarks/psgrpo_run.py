@@ -11,7 +11,6 @@ EM/F1 on dev questions, for the base model and the trained one. Usage::
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import time
 from pathlib import Path
@@ -122,9 +121,9 @@ def main() -> None:
 
 
 def _save(path: str, result: dict) -> None:
-    from ragkit.io import atomic_write_text
+from ragkit.io import write_json
 
-    atomic_write_text(path, json.dumps(result, indent=2, default=str))
+    write_json(path, result)
 
 
 if __name__ == "__main__":

@@ -49,7 +49,7 @@ from typing import Any
 
 import numpy as np
 
-from ragkit.io import atomic_write_text
+from ragkit.io import write_json
 from ragkit.types import Passage
 
 SYLLABLES = ["ka", "lo", "mi", "ne", "ru", "sa", "to", "vi", "be", "da", "fo", "gu", "ha", "ji",
@@ -320,7 +320,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'metric':<36} {'value':>14}")
     for k, v in rows:
         print(f"{k:<36} {v:>14.3f}" if isinstance(v, float) else f"{k:<36} {v:>14d}")
-    atomic_write_text(args.out, json.dumps(res, indent=2))
+    write_json(args.out, res)
     print(f"wrote {args.out}")
     return 0
 

@@ -16,14 +16,13 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import sys
 import time
 from typing import Any
 
-from ragkit.io import atomic_write_text
+from ragkit.io import write_json
 
 METRICS = ["recall@2", "recall@10", "mrr@10", "ndcg@10"]
 
@@ -88,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'system':<12}" + "".join(f"{m:>11}" for m in METRICS))
     for name, sc in results.items():
         print(f"{name:<12}" + "".join(f"{sc[m]:>11.4f}" for m in METRICS))
-    atomic_write_text(args.out, json.dumps(out, indent=2))
+    write_json(args.out, out)
     print(f"wrote {args.out}")
     return 0
 
