@@ -172,7 +172,7 @@ def test_rank_many_is_one_pass_per_passage(trained) -> None:
 
 
 def test_save_load_round_trip_identical_scores(trained, tmp_path: Path) -> None:
-    from ragkit.training.distill import META_FILE, DistilledReranker
+    from ragkit.debias.student import META_FILE, DistilledReranker
 
     res, labels, out = trained
     loaded = DistilledReranker.load(out, device="cpu")
@@ -193,7 +193,7 @@ def test_save_load_round_trip_identical_scores(trained, tmp_path: Path) -> None:
 
 
 def test_load_errors(tmp_path: Path) -> None:
-    from ragkit.training.distill import DistilledReranker
+    from ragkit.debias.student import DistilledReranker
 
     with pytest.raises(FileNotFoundError, match="ragkit distill"):
         DistilledReranker.load(tmp_path / "missing")
@@ -228,7 +228,7 @@ def test_listnet_training_runs(tiny_encoder_dir: Path) -> None:
 # ----------------------------------------------------------------------------- CLI
 def test_cli_train_writes_a_loadable_student(tiny_encoder_dir: Path, tmp_path: Path, capsys) -> None:
     from ragkit.cli import main
-    from ragkit.training.distill import DistilledReranker
+    from ragkit.debias.student import DistilledReranker
 
     labels = tmp_path / "labels.jsonl"
     write_labels(labels, _keyword_labels(6, 3, seed=7))

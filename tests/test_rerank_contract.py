@@ -189,3 +189,17 @@ def test_eval_none_moi_student_on_the_bundled_sample(gen, student_dir: Path, tmp
         assert row["generator_calls"] == 1  # the student costs no generator pass
     md = (tmp_path / "r.md").read_text()
     assert "| moi |" in md and json.loads((tmp_path / "r.json").read_text())["n_questions"] == 2
+
+
+def test_cli_eval_with_a_student_method(tiny_lm_dir: Path, student_dir: Path, tmp_path: Path) -> None:
+    """`ragkit eval --methods none,moi,student:DIR` on the bundled sample (issue 13)."""
+    from ragkit.cli import main
+
+    out = tmp_path / "cli.json"
+    spec = f"student:{student_dir}"
+    rc = main(["--quiet", "eval", "--model", str(tiny_lm_dir), "--methods", f"none,moi,{spec}", "--limit", "2",
+               "--k", "3", "--passage-max-tokens", "16", "--max-new-tokens", "2", "--bootstrap", "10",
+               "--device", "cpu", "--out", str(out)])
+    assert rc == 0
+    rep = json.loads(out.read_text())
+    assert list(rep["aggregate"]) == ["none", "moi", spec] and rep["n_questions"] == 2
