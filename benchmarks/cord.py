@@ -129,7 +129,7 @@ def main() -> int:
     for loss, r in rows.items():
         print(f"{loss:6} {r['rows']:4d} {r['tokens']:7d} {r['sec_per_step']:8.3f} {r['peak_mib']:9.0f}")
     print(f"cord/ce time ratio {ratio:.2f} (target <= 2.3)")
-from ragkit.io import write_json
+    from ragkit.io import write_json
 
     write_json(a.out, result)
     return 0

@@ -65,7 +65,7 @@ def main() -> int:
             "aggregate": rep.get("aggregate") or rep.get("summary"),
         }
         print(f"{name:10s} rc={rc} wall={wall:8.1f}s  -> {report_path}")
-from ragkit.io import write_json
+    from ragkit.io import write_json
 
     write_json(args.out, summary)
     return 0

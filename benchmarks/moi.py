@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from ragkit.datasets import load_hotpotqa
     from ragkit.generation import Generator
-from ragkit.io import write_json
+    from ragkit.io import write_json
 
     logging.basicConfig(level=logging.WARNING)
     torch.set_num_threads(args.threads)

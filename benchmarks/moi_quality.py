@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     from ragkit.datasets import load_hotpotqa
     from ragkit.eval.metrics import exact_match_max, f1_max, ir_metrics_per_query
     from ragkit.generation import Generator
-from ragkit.io import write_json
+    from ragkit.io import write_json
 
     t_start = time.perf_counter()
     records = load_hotpotqa(args.data, args.offset + args.limit)[args.offset:]

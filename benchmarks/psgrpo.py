@@ -116,7 +116,7 @@ def main() -> None:
         print(f"\none PS-GRPO step ({st['model']}, n=4, g=4): {st['s_per_step']:.2f} s/step, "
               f"{st['rollout_tokens_per_s']:.1f} rollout tokens/s")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-from ragkit.io import write_json
+    from ragkit.io import write_json
 
     write_json(args.out, res)
 

@@ -121,7 +121,7 @@ def main() -> None:
 
 
 def _save(path: str, result: dict) -> None:
-from ragkit.io import write_json
+    from ragkit.io import write_json
 
     write_json(path, result)
 
