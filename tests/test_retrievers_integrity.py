@@ -149,6 +149,19 @@ def test_hybrid_child_symlink_leading_out_is_refused(tmp_path: Path) -> None:
     assert load_retriever(d2).search("capital of France", k=1)[0].ids() == ["a"]
 
 
+def test_hybrid_sub_index_swapped_for_another_is_refused(tmp_path: Path) -> None:
+    import shutil
+
+    hy = HybridRetriever([BM25Retriever(show_progress=False), BM25Retriever(show_progress=False)])
+    d = hy.index(CORPUS).save(tmp_path / "hy")
+    other = [Passage(p.id, "hostile " + p.text, p.title) for p in CORPUS]  # same ids
+    o = _bm25(other).save(tmp_path / "other")
+    shutil.rmtree(d / "retriever_0")
+    shutil.copytree(o, d / "retriever_0")  # a valid index of its own, but not this one's
+    with pytest.raises(IndexFormatError, match="not the sub-index"):
+        load_retriever(d)
+
+
 # ---------------------------------------------------------------- 18.5 nonsense refused
 @pytest.mark.parametrize("row, what", [({"id": None, "text": "x"}, "null id"),
                                        ({"id": "a", "text": None}, "null text"),

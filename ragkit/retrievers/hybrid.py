@@ -24,10 +24,12 @@ from typing import Any
 import numpy as np
 
 from ragkit.retrievers.base import (
+    MANIFEST_CHECKSUM,
     IndexFormatError,
     Retriever,
     index_path,
     load_retriever,
+    read_manifest,
     register_retriever,
 )
 from ragkit.retrievers.fusion import check_weights, fuse
@@ -100,6 +102,7 @@ class HybridRetriever(Retriever):
         self.weights = None if weights is None else [float(w) for w in weights]
         self.rrf_k = int(rrf_k)
         self.depth = int(depth)
+        self._sub_digests: list[str] = []  # sub-index manifest checksums of the last save
 
     @property
     def params(self) -> dict[str, Any]:
@@ -107,7 +110,10 @@ class HybridRetriever(Retriever):
                 "depth": self.depth}
 
     def _manifest_extra(self) -> dict[str, Any]:
-        return {"retrievers": [{"dir": f"retriever_{i}", "kind": r.kind}
+        # each sub-index is bound by its manifest's own checksum (read back from what
+        # ``_save_files`` just wrote), so a sub-folder cannot be swapped for another index
+        return {"retrievers": [{"dir": f"retriever_{i}", "kind": r.kind,
+                                "manifest_sha256": self._sub_digests[i]}
                                for i, r in enumerate(self.retrievers)]}
 
     def _build(self, passages: list[Passage]) -> None:
@@ -143,19 +149,23 @@ class HybridRetriever(Retriever):
         return out
 
     def _save_files(self, folder: Path) -> None:
+        self._sub_digests = []
         for i, r in enumerate(self.retrievers):
             sub = folder / f"retriever_{i}"
             sub.mkdir()
             r._write_into(sub)
+            self._sub_digests.append(read_manifest(sub, verify=False)[MANIFEST_CHECKSUM])
 
     @classmethod
     def _manifest_paths(cls, manifest: Mapping[str, Any]) -> list[tuple[str, Any]]:
         entries = manifest.get("retrievers")
-        if not entries or not all(isinstance(e, dict) and set(e) == {"dir", "kind"}
+        if not entries or not all(isinstance(e, dict)
+                                  and set(e) == {"dir", "kind", MANIFEST_CHECKSUM}
                                   for e in entries):
             raise IndexFormatError(
                 "a hybrid index manifest must list its sub-indexes as "
-                '[{"dir": ..., "kind": ...}, ...]; this one is damaged: rebuild it')
+                '[{"dir": ..., "kind": ..., "manifest_sha256": ...}, ...]; this one is '
+                "damaged: rebuild it")
         return [("the sub-index folder", e["dir"]) for e in entries]
 
     @classmethod
@@ -166,6 +176,10 @@ class HybridRetriever(Retriever):
             sub_dir = index_path(folder, e["dir"], "the sub-index folder")  # checked: inside
             allowed = _SUB_OPTIONS.get(e["kind"], set(kwargs))
             opts = {k: v for k, v in kwargs.items() if k in allowed}
+            if read_manifest(sub_dir, verify=False)[MANIFEST_CHECKSUM] != e[MANIFEST_CHECKSUM]:
+                raise IndexFormatError(
+                    f"index {folder} is damaged: {e['dir']} is not the sub-index this hybrid "
+                    "index was saved with; rebuild it")
             sub = load_retriever(sub_dir, **opts)
             if sub.kind != e["kind"]:
                 raise IndexFormatError(
