@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ragkit.similarity import make_cosine_similarity, pairwise_similarity, sim_bleu2, sim_rouge_l, sim_token_f1
+from ragkit.similarity import make_cosine_similarity, sim_bleu2
 from ragkit.training.rewards import (
     approx_comparisons,
     approx_group_similarity_rewards,
@@ -31,20 +31,6 @@ class Counting:
     def __call__(self, hyps, refs):
         self.calls += len(hyps)
         return sim_bleu2(hyps, refs)
-
-
-def test_similarities_basic_values() -> None:
-    assert sim_bleu2(["The Eiffel Tower"], ["eiffel tower"])[0] == pytest.approx(1.0)
-    assert sim_bleu2(["Paris"], ["London"])[0] == 0.0
-    assert sim_bleu2([""], [""])[0] == 0.0
-    b = sim_bleu2(["black cat sat on mat"], ["black cat sat on rug"])[0]
-    assert 0.5 < b < 1.0
-    assert sim_rouge_l(["w x y z"], ["w y z"])[0] == pytest.approx(2 * 0.75 * 1.0 / 1.75)
-    assert sim_token_f1(["Paris France"], ["Paris"])[0] == pytest.approx(2 / 3)
-    m = pairwise_similarity(["Paris", "London"], ["Paris", "Rome", "London"])
-    assert m.shape == (2, 3) and m[0, 0] == 1.0 and m[1, 2] == 1.0 and m[0, 1] == 0.0
-    with pytest.raises(ValueError, match="aligned"):
-        sim_bleu2(["a"], ["a", "b"])
 
 
 @pytest.mark.parametrize("sim", ["bleu2", "rougel", "f1"])
