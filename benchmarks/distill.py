@@ -84,7 +84,7 @@ def run_method(
 ) -> list[dict[str, Any]]:
     """Run one method on ``recs`` in batches; one result row per question."""
     from ragkit.debias import MoI, PositionProfile
-    from ragkit.debias.moi import place
+    from ragkit.debias.placement import place
 
     rows: list[dict[str, Any]] = []
     for i in range(0, len(recs), batch):
@@ -112,7 +112,7 @@ def run_method(
             orders = []
             for p, rl in zip(ps, rankings):
                 pos = {q.id: j for j, q in enumerate(p)}
-                order = place([pos[h.passage.id] for h in rl], weights, "bias_aware")
+                order = place([pos[h.passage.id] for h in rl], "bias_aware", weights)
                 orders.append([p[j] for j in order])
             calls = [0] * len(part)
             enc = [len(p) for p in ps]
