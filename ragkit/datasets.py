@@ -27,6 +27,8 @@ import itertools
 import json
 import logging
 import os
+import shutil
+import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -172,29 +174,37 @@ def _is_columnwise(obj: Mapping[str, Any]) -> bool:
     return isinstance(obj.get("query_id"), Mapping)
 
 
-def _read_rows(path: str | os.PathLike[str], what: str = "data") -> list[dict[str, Any]]:
-    """All records of a local data file, its layout told by content.
-
-    A JSON array of records, the column-wise MS MARCO JSON, a single JSON object holding one record,
-    or JSONL (one record a line; gzipped or not).
-    """
+def _checked_file(path: str | os.PathLike[str], what: str) -> Path:
     p = Path(path)
     if not p.exists():
         raise FileNotFoundError(f"{what} file not found: {p}")
     if p.is_dir():
         raise ValueError(f"{p} is a folder; pass the data file inside it")
+    return p
+
+
+def _first_record(p: Path) -> dict[str, Any] | None:
+    """The first line's record when the file is JSONL (``None``: a JSON document, array or columns)."""
     with _open_text(p) as f:
         first = next((ln for ln in itertools.islice(f, 50) if ln.strip()), None)
     if first is None:
         raise ValueError(f"{p} is empty; pass a HotpotQA, MS MARCO or NQ-open data file")
-    head = first.lstrip()
-    if not head.startswith("["):
-        try:
-            obj = json.loads(first)
-        except json.JSONDecodeError:
-            obj = None
-        if isinstance(obj, dict) and not _is_columnwise(obj):
-            return _read_jsonl_any(p)
+    try:
+        obj = json.loads(first)
+    except json.JSONDecodeError:
+        return None
+    return obj if isinstance(obj, dict) and not _is_columnwise(obj) else None
+
+
+def _read_rows(path: str | os.PathLike[str], what: str = "data") -> list[dict[str, Any]]:
+    """All records of a local data file, its layout told by content.
+
+    A JSON array of records, the column-wise MS MARCO JSON, a single JSON object holding one record,
+    or JSONL (one record a line; gzipped or not, whatever the file is called).
+    """
+    p = _checked_file(path, what)
+    if _first_record(p) is not None:
+        return _read_jsonl_any(p)
     with _open_text(p) as f:
         try:
             data = json.load(f)
@@ -216,20 +226,16 @@ def _read_rows(path: str | os.PathLike[str], what: str = "data") -> list[dict[st
 
 
 def _read_jsonl_any(p: Path) -> list[dict[str, Any]]:
-    """JSONL through :func:`ragkit.io.read_jsonl` (gzip told by content, whatever the suffix)."""
-    if p.suffix != ".gz":
-        with open(p, "rb") as f:
-            if f.read(2) == b"\x1f\x8b":
-                rows: list[dict[str, Any]] = []
-                with _open_text(p) as g:
-                    for i, line in enumerate(g, 1):
-                        if line.strip():
-                            try:
-                                rows.append(json.loads(line))
-                            except json.JSONDecodeError as e:
-                                raise ValueError(f"{p}:{i}: not valid JSON ({e.msg}); fix or remove that line") from e
-                return rows
-    return read_jsonl(p)
+    """JSONL through :func:`ragkit.io.read_jsonl`; a gzipped file without a ``.gz`` name is unpacked first."""
+    if p.suffix == ".gz":
+        return read_jsonl(p)
+    with open(p, "rb") as f:
+        if f.read(2) != b"\x1f\x8b":
+            return read_jsonl(p)
+    with tempfile.TemporaryDirectory() as tmp:
+        unpacked = Path(tmp) / (p.name + ".gz")
+        shutil.copyfile(p, unpacked)
+        return read_jsonl(unpacked)
 
 
 def format_of_record(raw: Mapping[str, Any]) -> str | None:
@@ -262,22 +268,9 @@ def detect_format(path: str | os.PathLike[str]) -> str:
     ValueError
         Empty file, or a first record of none of the three schemas.
     """
-    p = Path(path)
-    if not p.exists():
-        raise FileNotFoundError(f"data file not found: {p}")
-    if p.is_dir():
-        raise ValueError(f"{p} is a folder; pass the data file inside it")
-    with _open_text(p) as f:
-        first = next((ln for ln in itertools.islice(f, 50) if ln.strip()), None)
-    if first is None:
-        raise ValueError(f"{p} is empty; pass a HotpotQA, MS MARCO or NQ-open data file")
-    try:
-        obj = json.loads(first)
-    except json.JSONDecodeError:
-        obj = None
-    if isinstance(obj, dict) and not _is_columnwise(obj):
-        rec: Mapping[str, Any] = obj
-    else:
+    p = _checked_file(path, "data")
+    rec = _first_record(p)
+    if rec is None:
         rows = _read_rows(p)
         if not rows:
             raise ValueError(f"{p} holds no record")
