@@ -141,11 +141,11 @@ def _run_eval(args: argparse.Namespace) -> int:
 
 
 def _run_sweep(args: argparse.Namespace) -> int:
-    from ragkit.datasets import load_nq_open
+    from ragkit.datasets import load_dataset
     from ragkit.eval.report import markdown_table
     from ragkit.eval.sweep import position_sweep
 
-    pool = load_nq_open(args.data_file)
+    pool = load_dataset("nq-open", args.data_file)  # another format is refused, naming it
     recs = pool[: args.limit]
     gen = _generator(args)
     t0 = time.perf_counter()
