@@ -314,17 +314,17 @@ def test_calibration_recovers_known_profile() -> None:
 def test_profile_for_generator_cache_flat_and_embedded(tmp_path, monkeypatch, caplog) -> None:
     monkeypatch.setenv("RAGKIT_CACHE", str(tmp_path))
     a = np.array([0.3, 0.1, 0.05, 0.15, 0.4])
-    gen = ProbeGenerator(a)
+    gen = ProbeGenerator(a, name=f"org/my-model-{tmp_path.name}")  # a name not warned about yet
     with caplog.at_level(logging.WARNING, logger="ragkit.debias.profile"):
         flat = PositionProfile.for_generator(gen, 5)
     assert np.allclose(flat.weights, 0.2) and "ragkit bias-profile" in caplog.text
     assert gen.calls == 0
     cal = PositionProfile.for_generator(gen, 5, calibrate=True, records=probe_records(4), n_questions=2)
     assert np.allclose(cal.weights, a, atol=1e-6) and gen.calls == 1
-    path = profile_cache_path("org/my-model", "chat", 5)
+    path = profile_cache_path(gen.name, "chat", 5)
     assert path.is_file() and str(path).startswith(str(tmp_path))
     saved = json.loads(path.read_text())
-    assert saved["model"] == "org/my-model" and saved["template"] == "chat" and saved["k"] == 5
+    assert saved["model"] == gen.name and saved["template"] == "chat" and saved["k"] == 5
     assert saved["meta"]["question_ids"] == ["q0", "q1"] and "data" in saved["meta"]
     again = PositionProfile.for_generator(gen, 5)  # cached: no new calibration
     assert np.allclose(again.weights, a, atol=1e-6) and gen.calls == 1
@@ -380,3 +380,15 @@ def test_presence_designs_tiny_lm(gen, design: str) -> None:
         m = r.orderings.index(full[0])
         ref = gen.score([gen.build_prompt("Which word is number 1?", [ps[i] for i in full[0]])], ["bravo"]).mean[0]
         assert r.outcomes[m] == pytest.approx(ref, abs=1e-4)
+
+
+def test_adaptive_consensus_tiny_lm(gen) -> None:
+    """budget="auto" with the consensus outcome: every round re-scores all interventions (counted)."""
+    ps = _words(5)
+    (r,) = MoI(gen, design="ablate", outcome="consensus", budget="auto", max_new_tokens=2).run_many(
+        ["Which word is number 3?"], [ps], generate_answer=False)
+    assert 5 <= len(r.orderings) <= 20 and r.rounds == 1 + (len(r.orderings) - 5) // 2
+    assert len(r.outcomes) == len(r.orderings) and sorted(r.ranking.ids()) == [p.id for p in ps]
+    # each round generates (and, unless every answer is empty, scores) all interventions so far
+    rounds_sizes = [5 + 2 * i for i in range(r.rounds)]
+    assert sum(rounds_sizes) <= r.generator_calls <= 4 * sum(rounds_sizes)  # M generations + <= 3 tied scorings

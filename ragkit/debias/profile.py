@@ -50,6 +50,8 @@ __all__ = ["PositionProfile", "DEFAULT_LAST_WEIGHT", "profile_cache_path"]
 
 logger = logging.getLogger(__name__)
 
+_WARNED: set[tuple[str, str, int]] = set()
+
 DEFAULT_LAST_WEIGHT = 0.3
 """Weight of the last slot in the label-free default profile (methods spec section 5)."""
 
@@ -316,6 +318,9 @@ class PositionProfile:
             path = prof.save_cached()
             logger.info("saved the position profile to %s", path)
             return prof
+        if (name, tmpl, k) in _WARNED:
+            return cls.flat(k, model=name, template=tmpl)
+        _WARNED.add((name, tmpl, k))
         logger.warning(
             "no position profile for %s (template %s, k=%d): using the flat profile, which leaves the "
             "permutation designs (cyclic, prior, random) with the retriever order. Measure it once with "
