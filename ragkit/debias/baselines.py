@@ -118,8 +118,6 @@ def vote(answers: Sequence[str]) -> str:
 
 def answer_support(answer: str, passages: Sequence[Passage]) -> np.ndarray:
     """Fraction of the answer's normalised tokens found in each passage (0 for an empty answer)."""
-    from ragkit.text import normalize_answer
-
     toks = normalize_answer(answer).split()
     out = np.zeros(len(passages))
     if not toks:

@@ -23,7 +23,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["PLACEMENTS", "place", "check_placement", "ranked_order", "reverse_order", "both_ends_order", "bias_aware_order"]
+__all__ = ["PLACEMENTS", "place", "check_placement", "ranked_order", "reverse_order", "both_ends_order",
+           "bias_aware_order"]
 
 PLACEMENTS: tuple[str, ...] = ("none", "reverse", "both_ends", "bias_aware")
 _ALIASES = {"ranked": "none"}

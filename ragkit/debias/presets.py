@@ -329,7 +329,8 @@ class Method:
         if answers is not None and len(answers) != n:
             raise ValueError(f"{n} questions but {len(answers)} answer lists")
         if generate_answer and self.answerer is None:
-            raise ValueError(f"method {self.name!r} has no answerer; pass generate_answer=False or an answerer")
+            raise ValueError(f"method {self.name!r} has no answerer; build it with a generator "
+                             "(get_method(name, generator)) or pass generate_answer=False")
         queries = []
         for i, q in enumerate(questions):
             text = q.text if isinstance(q, Query) else str(q)

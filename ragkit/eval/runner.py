@@ -3,9 +3,9 @@
 For each record the runner builds a candidate list (``given``: the record's own passages in the
 dataset's order; ``bm25``/``dense``/``hybrid``: top-k from the pooled corpus of all records'
 passages), runs every method (a preset of :mod:`ragkit.debias.presets`: reranker -> placement
--> answerer, ``get_method(name, generator).run_many``) in chunks, scores each answer with the dataset's metrics and the method's passage ranking with
-gold-passage IR metrics, and aggregates means with seeded percentile-bootstrap 95% intervals
-(Efron & Tibshirani, 1993).
+-> answerer, ``get_method(name, generator).run_many``) in chunks, scores each answer with the
+dataset's metrics and the method's passage ranking with gold-passage IR metrics, and aggregates
+means with seeded percentile-bootstrap 95% intervals (Efron & Tibshirani, 1993).
 
 Resumability: every finished (method, question) output is appended (fsync'd) to
 ``<out>.partial.jsonl``; the first line of that file fingerprints the configuration. A restarted
@@ -28,8 +28,8 @@ from typing import Any
 
 import numpy as np
 
-from ragkit.eval import msmarco_official
 from ragkit.debias.presets import Method, get_method, resolve_method
+from ragkit.eval import msmarco_official
 from ragkit.eval.metrics import (
     best_subspan_em,
     bleu,

@@ -218,8 +218,8 @@ def train_student(
     if out_dir is not None:
         check_writable_dir(out_dir, "reranker", overwrite)  # before any training
     from datasets import Dataset
-    from transformers import PrinterCallback
     from sentence_transformers.cross_encoder import CrossEncoderTrainer, CrossEncoderTrainingArguments
+    from transformers import PrinterCallback
 
     from ragkit.models import resolve_device
 
