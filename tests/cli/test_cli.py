@@ -15,7 +15,7 @@ from ragkit.cli import build_parser, main
 from ragkit.datasets import SAMPLE_HOTPOTQA
 from ragkit.io import write_jsonl
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _readme_commands() -> list[str]:
