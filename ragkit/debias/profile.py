@@ -390,8 +390,7 @@ class PositionProfile:
         ax.set_title(title or f"position profile: {self.model} ({self.template}, k={self.k})", fontsize=9)
         ax.legend(fontsize=8)
         fig.tight_layout()
-        tmp = f"{os.fspath(path)}.tmp.png"
-        fig.savefig(tmp, dpi=120)
-        plt.close(fig)
-        os.replace(tmp, path)
+        from ragkit.io import save_figure
+
+        save_figure(fig, path, dpi=120, tight=False)
 
