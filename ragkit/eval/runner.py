@@ -21,7 +21,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -317,6 +317,7 @@ def run_eval(
     records: Sequence[QARecord] | None = None,
     generator: Any | None = None,
     show_progress: bool | None = None,
+    on_chunk: Callable[[int], None] | None = None,
 ) -> dict[str, Any]:
     """Run an evaluation and write its JSON (and markdown) report.
 
@@ -334,6 +335,10 @@ def run_eval(
         Skip the (method, question) items already in the partial file.
     records, generator
         Pre-loaded records / a :class:`ragkit.generation.Generator` (else built from ``cfg``).
+    on_chunk
+        Progress callback, called after each chunk is appended (fsync'd) to the partial file with
+        the number of items appended so far in this call; an exception it raises stops the run,
+        which a later call resumes.
 
     Returns
     -------
@@ -415,6 +420,8 @@ def run_eval(
                 if bar_it is not None:
                     next(bar_it, None)
             appended += len(rows)
+            if on_chunk is not None:
+                on_chunk(appended)
     if bar_it is not None:
         for _ in bar_it:
             pass
