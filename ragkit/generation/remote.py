@@ -18,6 +18,15 @@ generator would; with ``"text"`` the server tokenises and the answer tokens are 
 returned ``text_offset`` (llama.cpp's server takes text prompts only). ``"auto"`` tries token
 ids and falls back to text when the server refuses them.
 
+Servers whose echoed log-probs are misaligned are detected: a correct echo with ``max_tokens=1``
+ends with the generated token's entry; llama-cpp-python's server (0.3.x) drops that entry and
+reports each prompt token's log-prob under the distribution that *follows* it
+(abetlen/llama-cpp-python#1983). With ``score_mode="auto"`` (default) such a server is scored by
+*forced decoding* instead: the prompt is completed under a GBNF grammar that admits only the
+answer text (``grammar``, llama.cpp's constrained decoding) and the log-probs of the generated
+tokens, which that server computes from the raw logits, are the answer's. The tokens are then
+the server's greedy spelling of the answer, usually the canonical tokenisation.
+
 Prompts are built locally with the same templates and passage fitting as the local generator
 (a tokenizer is needed: the served model's, from the hub, a folder or the served ``.gguf``).
 """
@@ -46,6 +55,7 @@ __all__ = ["RemoteGenerator", "RemoteServerError", "is_server_url"]
 logger = logging.getLogger(__name__)
 
 _PROMPT_FORMATS = ("auto", "tokens", "text")
+_SCORE_MODES = ("auto", "echo", "forced")
 
 
 def is_server_url(model: str | None) -> bool:
@@ -86,6 +96,9 @@ class RemoteGenerator:
         Requests in flight at once.
     prompt_format
         ``"auto"``, ``"tokens"`` or ``"text"`` (see the module docstring).
+    score_mode
+        ``"auto"`` (echo, forced decoding when the server's echo is misaligned), ``"echo"``
+        (an error on such servers) or ``"forced"`` (see the module docstring).
     api_key
         Sent as ``Authorization: Bearer``.
     timeout
@@ -115,6 +128,7 @@ class RemoteGenerator:
         passage_max_tokens: int | None = None,
         concurrency: int = 4,
         prompt_format: str = "auto",
+        score_mode: str = "auto",
         api_key: str | None = None,
         timeout: float = 120.0,
         max_retries: int = 4,
@@ -129,6 +143,8 @@ class RemoteGenerator:
             raise ValueError(f"base_url must start with http:// or https://, got {base_url!r}")
         if prompt_format not in _PROMPT_FORMATS:
             raise ValueError(f"prompt_format must be one of {_PROMPT_FORMATS}, got {prompt_format!r}")
+        if score_mode not in _SCORE_MODES:
+            raise ValueError(f"score_mode must be one of {_SCORE_MODES}, got {score_mode!r}")
         for name, v in (("batch_size", batch_size), ("concurrency", concurrency)):
             if v < 1:
                 raise ValueError(f"{name} must be >= 1, got {v}")
@@ -145,6 +161,7 @@ class RemoteGenerator:
         self.batch_size = int(batch_size)
         self.concurrency = int(concurrency)
         self.prompt_format = prompt_format
+        self.score_mode = score_mode
         self.show_progress = show_progress
         self.passage_max_tokens = passage_max_tokens
         self._lock = threading.Lock()
@@ -234,17 +251,19 @@ class RemoteGenerator:
                 time.sleep(wait)
         raise RemoteServerError(f"{method} {self.base_url}{path} failed after {self.max_retries + 1} tries: {last}")
 
-    def _complete(self, prompts: list[Any], desc: str, **params: Any) -> list[dict[str, Any]]:
+    def _complete(self, prompts: list[Any], desc: str, per_prompt: list[dict[str, Any]] | None = None,
+                  **params: Any) -> list[dict[str, Any]]:
         """``/completions`` for many prompts: chunks of ``batch_size`` prompts, ``concurrency`` in flight.
 
-        Returns one choice per prompt (``n`` choices per prompt, in order, when ``n > 1``).
+        ``per_prompt`` (one dict per prompt) adds request fields of each prompt's own (then one
+        prompt per request). Returns one choice per prompt (``n`` per prompt, in order, when ``n > 1``).
         """
         n = int(params.get("n", 1))
         out: list[list[dict[str, Any]]] = [[] for _ in prompts]
 
         def run(idx: list[int]) -> None:
             payload = {"model": self.name, "prompt": [prompts[i] for i in idx] if len(idx) > 1 else prompts[idx[0]],
-                       **params}
+                       **params, **(per_prompt[idx[0]] if per_prompt is not None else {})}
             body = self._request("POST", "/completions", payload)
             choices = body.get("choices")
             if not isinstance(choices, list) or len(choices) != n * len(idx):
@@ -258,7 +277,7 @@ class RemoteGenerator:
                 out[i] = choices[j * n:(j + 1) * n]
 
         def chunks() -> list[list[int]]:
-            k = self._per_request
+            k = 1 if per_prompt is not None else self._per_request
             return [list(range(s, min(len(prompts), s + k))) for s in range(0, len(prompts), k)]
 
         todo = chunks()
@@ -297,7 +316,8 @@ class RemoteGenerator:
 
     # ------------------------------------------------------------------ scoring
     def score(self, prompts: Sequence[str], answers: Sequence[str]) -> ScoreResult:
-        """Teacher-forced ``log p(answer | prompt)`` from the server's echoed prompt log-probs.
+        """Teacher-forced ``log p(answer | prompt)`` from the server's echoed prompt log-probs
+        (or by forced decoding, see ``score_mode``).
 
         Raises
         ------
@@ -319,6 +339,18 @@ class RemoteGenerator:
             if len(p) + len(a) >= self.max_length:
                 raise ValueError(f"prompt {i} + answer has {len(p) + len(a)} tokens; the server's context is "
                                  f"{self.max_length}: build prompts with build_prompt() or set passage_max_tokens")
+        if self.score_mode != "forced":
+            try:
+                return self._score_echo(prompts, texts, p_ids, a_ids)
+            except _MisalignedEcho as e:
+                if self.score_mode == "echo":
+                    raise
+                logger.warning("%s; scoring by forced (grammar-constrained) decoding from now on", e)
+                self.score_mode = "forced"
+        return self._score_forced(prompts, texts)
+
+    def _score_echo(self, prompts: list[str], texts: list[str], p_ids: list[list[int]],
+                    a_ids: list[list[int]]) -> ScoreResult:
         params = {"max_tokens": 1, "temperature": 0.0, "echo": True, "logprobs": 1}
         if self.prompt_format in ("auto", "tokens"):
             try:
@@ -337,6 +369,22 @@ class RemoteGenerator:
             [self._answer_logprobs_by_offset(c, len(p), len(p) + len(a), i)
              for i, (c, p, a) in enumerate(zip(choices, prompts, texts))])
 
+    def _score_forced(self, prompts: list[str], texts: list[str]) -> ScoreResult:
+        """Answer log-probs as generated-token log-probs under a grammar that admits only the answer."""
+        n_tok = [len(t) for t in encode_prompts(self.tokenizer, texts)]
+        per = [{"grammar": f"root ::= {_gbnf_literal(t)}", "max_tokens": n + 16} for t, n in zip(texts, n_tok)]
+        choices = self._complete(list(prompts), "score (remote, forced)", per_prompt=per, temperature=0.0, logprobs=1)
+        out = []
+        for i, (c, t) in enumerate(zip(choices, texts)):
+            lp = self._logprobs(c, i)
+            if str(c.get("text", "")) != t:
+                raise RemoteServerError(
+                    f"{self.base_url} did not follow the answer grammar for prompt {i} (returned "
+                    f"{str(c.get('text', ''))[:80]!r}, wanted {t[:80]!r}); forced decoding needs GBNF `grammar` "
+                    "support (llama.cpp) and enough context for the answer")
+            out.append(self._checked(lp["token_logprobs"], i))
+        return ScoreResult.from_token_logprobs(out)
+
     def _logprobs(self, choice: dict[str, Any], i: int) -> dict[str, Any]:
         lp = choice.get("logprobs")
         if not isinstance(lp, dict) or not lp.get("token_logprobs"):
@@ -349,8 +397,10 @@ class RemoteGenerator:
     def _answer_logprobs_by_count(self, choice: dict[str, Any], n_prompt: int, n_answer: int, i: int) -> np.ndarray:
         tl = self._logprobs(choice, i)["token_logprobs"]
         if len(tl) < n_prompt + n_answer:
-            raise RemoteServerError(f"{self.base_url} echoed {len(tl)} token log-probs for prompt {i}, fewer than its "
-                                    f"{n_prompt + n_answer} tokens; the server does not echo the whole prompt")
+            raise _MisalignedEcho(f"{self.base_url} echoed {len(tl)} token log-probs for prompt {i}, fewer than its "
+                                  f"{n_prompt + n_answer} tokens and the generated one")
+        if len(tl) == n_prompt + n_answer:
+            raise _MisalignedEcho(_MISALIGNED.format(url=self.base_url))
         return self._checked(tl[n_prompt:n_prompt + n_answer], i)
 
     def _answer_logprobs_by_offset(self, choice: dict[str, Any], start: int, end: int, i: int) -> np.ndarray:
@@ -359,6 +409,8 @@ class RemoteGenerator:
         if not isinstance(offs, list) or len(offs) != len(tl) or any(not isinstance(o, int) or o < 0 for o in offs):
             raise RemoteServerError(f"{self.base_url} returned no usable text_offset for prompt {i}; "
                                     "use prompt_format='tokens'")
+        if max(offs) < end:  # a correct echo ends with the generated token, which starts at `end`
+            raise _MisalignedEcho(_MISALIGNED.format(url=self.base_url))
         # token k spans [offs[k], offs[k+1]); the answer's tokens end past the prompt (a straddling token
         # belongs to the answer); tokens starting at or after `end` are generated ones
         sel = [k for k in range(len(tl))
@@ -496,6 +548,34 @@ class RemoteGenerator:
     def clean_answer(text: str) -> str:
         """The answer inside a completion (:func:`ragkit.text.extract_answer`)."""
         return extract_answer(text)
+
+
+_MISALIGNED = ("{url} echoes prompt log-probs without the generated token's entry: its echo is misaligned "
+               "(llama-cpp-python's server scores each token under the distribution that follows it, "
+               "abetlen/llama-cpp-python#1983)")
+
+
+class _MisalignedEcho(RemoteServerError):
+    """The echoed prompt log-probs cannot be trusted (see ``_MISALIGNED``)."""
+
+
+def _gbnf_literal(text: str) -> str:
+    """``text`` as a GBNF string literal (llama.cpp grammars): quotes, backslashes and controls escaped."""
+    out = []
+    for ch in text:
+        if ch in ('"', "\\"):
+            out.append("\\" + ch)
+        elif ch == "\n":
+            out.append("\\n")
+        elif ch == "\r":
+            out.append("\\r")
+        elif ch == "\t":
+            out.append("\\t")
+        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
+            out.append(f"\\x{ord(ch):02X}")
+        else:
+            out.append(ch)
+    return '"' + "".join(out) + '"'
 
 
 class _OnePromptOnly(Exception):

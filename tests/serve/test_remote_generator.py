@@ -8,6 +8,7 @@ server check is in ``test_remote_llamacpp.py`` (slow).
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ import numpy as np
 import pytest
 
 from ragkit.generation import Generator
+from ragkit.generation.fitting import encode_answers
 from ragkit.generation.loading import load_generator
 from ragkit.generation.remote import RemoteGenerator, RemoteServerError
 from ragkit.types import Passage
@@ -25,8 +27,13 @@ PASSAGES = [Passage("1", "Paris is the capital of France.", "Paris"),
 
 
 def openai_app(gen: Generator, *, lists: bool = True, tokens: bool = True, logprobs: bool = True,
-               fail_first: int = 0) -> Any:
-    """An OpenAI-style completions server over a local generator (what vLLM / llama.cpp answer)."""
+               fail_first: int = 0, misaligned: bool = False) -> Any:
+    """An OpenAI-style completions server over a local generator (what vLLM / llama.cpp answer).
+
+    ``misaligned``: echo like llama-cpp-python's server 0.3 (each token scored under the distribution
+    that follows it, no entry for the generated token) and honour a GBNF ``root ::= "literal"`` grammar
+    by forcing the literal's tokens (its generated-token log-probs are correct, as llama.cpp's are).
+    """
     import torch
     from starlette.applications import Starlette
     from starlette.requests import Request
@@ -47,6 +54,10 @@ def openai_app(gen: Generator, *, lists: bool = True, tokens: bool = True, logpr
         with torch.inference_mode():
             logits = model(input_ids=torch.tensor([ids])).logits[0].float()
         lp = torch.log_softmax(logits, dim=-1)
+        if misaligned:
+            vals = [None] + [float(lp[t, ids[t]]) for t in range(1, len(ids))]
+            return {"text": text, "logprobs": {"tokens": [tok.decode([t]) for t in ids], "token_logprobs": vals,
+                                               "text_offset": offs or list(range(len(ids)))}}
         vals = [None] + [float(lp[t - 1, ids[t]]) for t in range(1, len(ids))]
         nxt = int(lp[-1].argmax())
         vals.append(float(lp[-1, nxt]))
@@ -73,6 +84,17 @@ def openai_app(gen: Generator, *, lists: bool = True, tokens: bool = True, logpr
         n = int(body.get("n", 1))
         choices = []
         for i, pr in enumerate(prompts):
+            if body.get("grammar") and misaligned:
+                literal = json.loads(body["grammar"].split("::=", 1)[1].strip())
+                p_ids, a_ids = encode_answers(tok, [pr], [literal])
+                ids = p_ids[0] + a_ids[0]
+                with torch.inference_mode():
+                    lp = torch.log_softmax(model(input_ids=torch.tensor([ids])).logits[0].float(), dim=-1)
+                n0 = len(p_ids[0])
+                vals = [float(lp[n0 + t - 1, a]) for t, a in enumerate(a_ids[0])]
+                choices.append({"index": i, "text": literal, "finish_reason": "stop",
+                                "logprobs": {"tokens": [tok.decode([a]) for a in a_ids[0]], "token_logprobs": vals}})
+                continue
             if body.get("echo"):
                 choices.append({"index": i, "finish_reason": "length", **echo(pr)})
                 continue
@@ -179,3 +201,21 @@ def test_retries_and_clear_errors(local: Generator, tiny_lm_dir: Path, live_serv
         load_generator(str(tiny_lm_dir), tokenizer="x")
     with pytest.raises(ValueError, match="answer 0"):
         remote.score(prompts[:1], [" "])
+
+
+def test_misaligned_echo_is_detected_and_scored_by_forced_decoding(local: Generator, tiny_lm_dir: Path,
+                                                                   live_server: Any,
+                                                                   caplog: pytest.LogCaptureFixture) -> None:
+    srv = live_server(openai_app(local, lists=False, tokens=False, misaligned=True))
+    prompts, answers = _questions(local)
+    strict = RemoteGenerator(srv.url + "/v1", tokenizer=str(tiny_lm_dir), score_mode="echo", show_progress=False)
+    with pytest.raises(RemoteServerError, match="misaligned.*llama-cpp-python"):
+        strict.score(prompts, answers)
+    remote = RemoteGenerator(srv.url + "/v1", tokenizer=str(tiny_lm_dir), show_progress=False)
+    with caplog.at_level("WARNING"):
+        got = remote.score(prompts, answers)
+    assert remote.score_mode == "forced" and "forced" in caplog.text
+    want = local.score(prompts, answers)
+    assert np.allclose(got.sum, want.sum, atol=1e-4) and list(got.num_tokens) == list(want.num_tokens)
+    with pytest.raises(ValueError, match="score_mode"):
+        RemoteGenerator(srv.url, tokenizer=str(tiny_lm_dir), score_mode="magic")
