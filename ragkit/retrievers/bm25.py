@@ -160,6 +160,27 @@ def _log_no_terms(q: Query) -> None:
         q.text[:80])
 
 
+class _FlatDocs(Sequence[list[int]]):
+    """Token ids of every document as one int32 array plus offsets; reads as a list of lists
+    (document ``i`` is ``flat[offsets[i]:offsets[i + 1]]``), built on the fly."""
+
+    def __init__(self, flat: np.ndarray, offsets: np.ndarray) -> None:
+        self.flat, self.offsets = flat, offsets
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            raise TypeError("_FlatDocs does not slice")
+        return self.flat[self.offsets[i]:self.offsets[i + 1]].tolist()
+
+    def __iter__(self) -> Iterator[list[int]]:
+        flat, off = self.flat, self.offsets.tolist()
+        for a, b in zip(off[:-1], off[1:]):
+            yield flat[a:b].tolist()
+
+
 class Tokenizer:
     """Lower-case regex tokeniser with optional stopwords and Snowball stemming.
 
@@ -327,16 +348,31 @@ class BM25Retriever(Retriever):
         show = progress_enabled(self.show_progress)
         if self.backend == "bm25s":
             vocab: dict[str, int] = {}
-            ids: list[list[int]] = []
+            parts: list[np.ndarray] = []
+            lengths: list[np.ndarray] = []
             for chunk in self._token_chunks(passages, show):
-                ids.extend([vocab.setdefault(w, len(vocab)) for w in doc] for doc in chunk)
+                lengths.append(np.fromiter(map(len, chunk), dtype=np.int64, count=len(chunk)))
+                parts.append(np.fromiter((vocab.setdefault(w, len(vocab))
+                                          for doc in chunk for w in doc),
+                                         dtype=np.int32, count=int(lengths[-1].sum())))
             if not vocab:
                 raise ValueError(
                     "no passage has an indexable term (every word is a stop word or a single "
                     "character); index real text or pass stopwords=None"
                 )
+            offsets = np.zeros(len(passages) + 1, dtype=np.int64)
+            np.cumsum(np.concatenate(lengths), out=offsets[1:])
+            docs = _FlatDocs(np.concatenate(parts), offsets)
+            del parts, lengths
             model = self._new_bm25s()
-            model.index((ids, vocab), show_progress=show)
+            # what bm25s's ``index()`` does for (ids, vocab), fed one flat int32 array instead of
+            # a Python list per document (a few bytes per token instead of ~100 per document)
+            model.scores = model.build_index_from_ids(
+                unique_token_ids=list(range(len(vocab))), corpus_token_ids=docs,
+                show_progress=show)
+            vocab[""] = len(vocab)  # bm25s's empty-query token (ragkit never produces it)
+            model.vocab_dict = vocab
+            model.unique_token_ids_set = set(vocab.values())
         else:
             import rank_bm25
 
