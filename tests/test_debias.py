@@ -146,7 +146,7 @@ def test_moi_cyclic_recovers_exact_order() -> None:
     k = 8
     rng = np.random.default_rng(1)
     a, u = u_shape(k), rng.standard_normal(k)
-    moi = MoI(None, design="cyclic", outcome=oracle(a, u), lam=0.0, profile=PositionProfile(a))
+    moi = MoI(None, design="cyclic", outcome=oracle(a, u), lam=0.0, profile=PositionProfile(a), fallback=False)
     (r,) = moi.run_many(["q?"], [passages(k)], generate_answer=False)
     assert r.ranking.ids() == [f"p{i}" for i in np.argsort(-u)]
     assert r.generator_calls == k and len(r.orderings) == k
@@ -165,7 +165,7 @@ def test_moi_noisy_oracle_and_batching() -> None:
         return [oracle(a, us[int(q)], noise=1e-5, seed=int(q))(None, [q], [p], [o], None)[0]
                 for q, p, o in zip(questions, ps, orderings)]
 
-    moi = MoI(None, outcome=fn, profile=PositionProfile(a), lam=1e-6)
+    moi = MoI(None, outcome=fn, profile=PositionProfile(a), lam=1e-6, fallback=False)
     res = moi.run_many(["0", "1", "2"], [passages(k)] * 3, generate_answer=False)
     for r, u in zip(res, us):
         assert r.ranking.ids()[0] == f"p{int(np.argmax(u))}"

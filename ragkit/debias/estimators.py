@@ -389,7 +389,8 @@ def mixed_utilities(
     return UtilityFit(utilities=u, fitted=fitted, target=o, n_params=2 * k - 1, weights=a[::-1] / a.sum())
 
 
-def separates(fit: UtilityFit, alpha: float = 0.05, min_spread: float = 1e-2) -> tuple[bool, dict[str, float]]:
+def separates(fit: UtilityFit, alpha: float = 0.05, min_spread: float = 1e-2,
+              z_min: float = 3.5) -> tuple[bool, dict[str, float]]:
     """Did the interventions separate the passages? The per-query test behind MoI's fallback.
 
     - With residual degrees of freedom ``d = M − p − 1 >= 1`` (``p = fit.n_params``): the
@@ -397,12 +398,17 @@ def separates(fit: UtilityFit, alpha: float = 0.05, min_spread: float = 1e-2) ->
       ``F = (R² / p) / ((1 − R²) / d)`` with ``R² = 1 − SS_res / SS_tot``; the passages are
       separated when its p-value ``P(F_{p,d} > F) <= alpha``.
     - Saturated designs (``d < 1``: ``loo``; ``cyclic`` with ``M = k``; ``prior`` with ``M < k``)
-      leave no residual to estimate the noise; there the test is that the interventions moved
-      the outcome at all: ``max(o) − min(o) >= min_spread`` (in outcome units, nats for log-probs).
+      leave no residual to estimate the noise. There the passages are separated when the
+      interventions moved the outcome, ``max(o) − min(o) >= min_spread`` (outcome units, nats for
+      log-probs), and the best passage stands out from the rest: its modified z-score
+      ``0.6745 · (max u − median u) / MAD(u) >= z_min`` (Iglewicz and Hoaglin, "How to Detect and
+      Handle Outliers", ASQC 1993, whose outlier threshold is 3.5; ``MAD = 0`` counts as standing
+      out when ``max u > median u``; with ``k < 3`` only the spread is tested, since two values
+      always give ``z = 0.6745``).
 
     Shrinkage (ridge, Lasso) makes the F-test approximate (conservative: ``R²`` is lowered).
     Returns ``(separated, stats)`` with ``stats`` = ``r2``, ``f``, ``pvalue``, ``df_resid``,
-    ``spread``.
+    ``spread``, ``max_z``.
     """
     y = np.asarray(fit.target, dtype=np.float64)
     spread = float(y.max() - y.min()) if y.size else 0.0
@@ -411,7 +417,13 @@ def separates(fit: UtilityFit, alpha: float = 0.05, min_spread: float = 1e-2) ->
     sst = float(((y - y.mean()) ** 2).sum())
     sse = float(((y - fit.fitted) ** 2).sum())
     r2 = 0.0 if sst <= 1e-300 else max(0.0, 1.0 - sse / sst)
-    stats = {"r2": r2, "f": float("nan"), "pvalue": float("nan"), "df_resid": float(d), "spread": spread}
+    u = np.asarray(fit.utilities, dtype=np.float64)
+    med = float(np.median(u))
+    mad = float(np.median(np.abs(u - med)))
+    top = float(u.max()) - med
+    max_z = (0.6745 * top / mad) if mad > 1e-12 else (float("inf") if top > 1e-12 else 0.0)
+    stats = {"r2": r2, "f": float("nan"), "pvalue": float("nan"), "df_resid": float(d), "spread": spread,
+             "max_z": max_z}
     if sst <= 1e-300:
         return False, stats
     if d >= 1:
@@ -424,7 +436,9 @@ def separates(fit: UtilityFit, alpha: float = 0.05, min_spread: float = 1e-2) ->
             pval = float(f_dist.sf(fval, p, d))
         stats["f"], stats["pvalue"] = fval, pval
         return pval <= alpha, stats
-    return spread >= min_spread, stats
+    if u.size < 3:  # two values always give z = 0.6745: only the spread can speak
+        return spread >= min_spread, stats
+    return spread >= min_spread and max_z >= z_min, stats
 
 
 def retriever_prior(k: int, scores: Sequence[float] | None = None) -> np.ndarray:

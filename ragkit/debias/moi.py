@@ -24,7 +24,8 @@ Designs and their estimators (:mod:`ragkit.debias.designs`, :mod:`ragkit.debias.
 
 Never worse than the retriever: per query, :func:`~ragkit.debias.estimators.separates` tests
 whether the interventions separated the passages (an F-test of the fit's explained variance, or,
-for saturated designs, whether the outcome moved at all); when they did not, the retriever order
+for saturated designs, whether the outcome moved and the best passage is an outlier by its
+modified z-score); when they did not, the retriever order
 is kept (``fallback``). Otherwise the utilities are blended with the retriever order,
 ``(1 − β) z(u) + β z(prior)`` (``blend = β``, to be chosen on training questions).
 
@@ -167,7 +168,9 @@ class MoI:
     budget
         Number of interventions ``M`` (default per design, see
         :func:`ragkit.debias.designs.make_design`), or ``"auto"``: add interventions in rounds
-        until the top-``stable_top`` passages of the ranking are unchanged for one round. Rounds:
+        until the top-``stable_top`` passages of the ranking are unchanged for one round (the
+        ranking of the estimated utilities, before any fallback, so a query that does not
+        separate keeps gathering interventions up to the cap). Rounds:
         permutation designs start with 3 orderings (the ``prior`` design's) and add 2 per round
         (further rotations / reversals; at most ``k`` for cyclic, ``2k`` otherwise); ``ablate``
         starts with ``k`` masks and adds ``k/2`` (at most ``4k``); ``mixed`` starts with ``2k``
@@ -213,8 +216,9 @@ class MoI:
         (:func:`ragkit.debias.estimators.separates` with ``fallback_alpha`` and ``min_spread``).
     fallback_alpha
         Level of the F-test.
-    min_spread
-        Saturated designs: smallest outcome range (nats) that counts as the outcome moving.
+    min_spread, fallback_z
+        Saturated designs: smallest outcome range (nats) that counts as the outcome moving, and
+        the modified z-score the best passage must reach.
     stable_top
         ``budget="auto"``: the number ``m`` of top passages that must be unchanged for a round.
     reuse_cache
@@ -244,6 +248,7 @@ class MoI:
         fallback: bool = True,
         fallback_alpha: float = 0.05,
         min_spread: float = 1e-2,
+        fallback_z: float = 3.5,
         stable_top: int = 2,
         calibrate_profile: bool = False,
         reuse_cache: bool = True,
@@ -289,6 +294,7 @@ class MoI:
         self.fallback = bool(fallback)
         self.fallback_alpha = float(fallback_alpha)
         self.min_spread = float(min_spread)
+        self.fallback_z = float(fallback_z)
         self.stable_top = int(stable_top)
         self.calibrate_profile = bool(calibrate_profile)
         self.reuse_cache = bool(reuse_cache)
@@ -349,13 +355,15 @@ class MoI:
         return permutation_fit(orderings, values, prof.weights, lam=self.lam, scores=scores)
 
     def _rank(self, orderings: list[list[int]], values: np.ndarray, prof: PositionProfile,
-              scores: Sequence[float] | None) -> tuple[np.ndarray, bool, dict[str, float], UtilityFit]:
-        """Utilities after the separation test (fallback) and the blend with the retriever order."""
+              scores: Sequence[float] | None) -> tuple[np.ndarray, bool, dict[str, float], UtilityFit, np.ndarray]:
+        """(utilities after the separation test and the blend, fell back?, test stats, fit, blended
+        utilities before the fallback)."""
         fit = self._fit(orderings, values, prof, scores)
-        ok, stats = separates(fit, alpha=self.fallback_alpha, min_spread=self.min_spread)
+        ok, stats = separates(fit, alpha=self.fallback_alpha, min_spread=self.min_spread, z_min=self.fallback_z)
+        u = blend_with_retriever(fit.utilities, self.blend, scores)
         if self.fallback and not ok:
-            return retriever_prior(prof.k, scores), True, stats, fit
-        return blend_with_retriever(fit.utilities, self.blend, scores), False, stats, fit
+            return retriever_prior(prof.k, scores), True, stats, fit, u
+        return u, False, stats, fit, u
 
     def _outcomes(self, qs: list[str], ps: list[list[Passage]], idx: list[int], orderings: dict[int, list[list[int]]],
                   answers_list: Sequence[Sequence[str]] | None) -> dict[int, OutcomeResult]:
@@ -420,7 +428,7 @@ class MoI:
         scs = [None if scores_list is None else scores_list[i] for i in range(n)]
         orderings: dict[int, list[list[int]]] = {i: [[0]] for i in range(n) if i not in active}
         outs: dict[int, OutcomeResult] = {}
-        ranked: dict[int, tuple[np.ndarray, bool, dict[str, float], UtilityFit]] = {}
+        ranked: dict[int, tuple[np.ndarray, bool, dict[str, float], UtilityFit, np.ndarray]] = {}
         rounds = dict.fromkeys(range(n), 1)
         if self.budget != "auto":
             for i in active:
@@ -436,7 +444,7 @@ class MoI:
             prof = profs[i]
             if i in ranked:
                 o = outs[i]
-                u, fell_back, stats, fit = ranked[i]
+                u, fell_back, stats, fit, _ = ranked[i]
                 vals, ans, tgt, calls = np.asarray(o.values), o.answers, o.target, o.generator_calls
                 est_w = fit.weights
             else:
@@ -475,7 +483,7 @@ class MoI:
         rng: np.random.Generator,
         orderings: dict[int, list[list[int]]],
         outs: dict[int, OutcomeResult],
-        ranked: dict[int, tuple[np.ndarray, bool, dict[str, float], UtilityFit]],
+        ranked: dict[int, tuple[np.ndarray, bool, dict[str, float], UtilityFit, np.ndarray]],
         rounds: dict[int, int],
     ) -> None:
         """``budget="auto"``: rounds of interventions until the top-``stable_top`` is stable (class docstring)."""
@@ -509,7 +517,7 @@ class MoI:
                                             generator_calls=o.generator_calls + got[i].generator_calls)
                 ranked[i] = self._rank(orderings[i], np.asarray(outs[i].values, dtype=np.float64), profs[i], scs[i])
                 rounds[i] = r
-                u = ranked[i][0]
+                u = ranked[i][4]  # stability of the estimate itself, before any fallback
                 top = sorted(range(len(u)), key=lambda j: (-float(u[j]), j))[: self.stable_top]
                 stable = i in tops and tops[i] == top
                 tops[i] = top
