@@ -132,11 +132,14 @@ def _numba_kernel() -> Any:
     global _NUMBA
     if _NUMBA is None:
         try:
+            import numba
+
             from ragkit.retrievers import _bm25_numba
         except ImportError:
             _NUMBA = False
         else:
-            _NUMBA = _bm25_numba
+            # with NUMBA_DISABLE_JIT the kernel would run as plain Python: far slower than NumPy
+            _NUMBA = False if numba.config.DISABLE_JIT else _bm25_numba
     return _NUMBA or None
 
 
