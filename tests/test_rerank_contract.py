@@ -111,7 +111,7 @@ def test_cross_encoder_spec_loads_any_cross_encoder_folder(student_dir: Path) ->
     assert a.ids() == b.ids() and np.allclose(a.scores(), b.scores(), atol=1e-5)
 
 
-def test_factory_errors_name_the_fix(gen, tmp_path: Path) -> None:
+def test_factory_errors_name_the_fix(gen, student_dir: Path, tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="unknown reranker 'mio'.*moi_prior.*cross-encoder:NAME"):
         get_reranker("mio")
     with pytest.raises(ValueError, match="names no model"):
@@ -120,6 +120,8 @@ def test_factory_errors_name_the_fix(gen, tmp_path: Path) -> None:
         get_reranker(f"student:{tmp_path / 'nope'}")
     with pytest.raises(TypeError, match="takes no seed"):
         get_reranker("none", seed=1)
+    with pytest.raises(TypeError, match="takes no max_length"):  # never silently dropped
+        get_reranker(f"student:{student_dir}", max_length=8)
     with pytest.raises(ValueError, match="needs a generator"):
         get_reranker("moi")
     rr = IdentityReranker()

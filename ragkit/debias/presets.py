@@ -180,8 +180,8 @@ def get_reranker(spec: str | Reranker, generator: Any = None, **kwargs: Any) -> 
     **kwargs
         ``seed`` (random, MoI); any :class:`~ragkit.debias.MoIReranker` argument for MoI
         (``profile``, ``lam``, ``budget``, ``design``, ``max_new_tokens``, ...); ``device``,
-        ``batch_size``, ``max_length`` for ``student:``/``cross-encoder:``. A keyword the
-        reranker does not take is an error naming it.
+        ``batch_size`` for ``student:`` and ``cross-encoder:``, ``max_length`` for
+        ``cross-encoder:``. A keyword the reranker does not take is an error naming it.
     """
     if isinstance(spec, Reranker):
         return spec
@@ -206,14 +206,15 @@ def get_reranker(spec: str | Reranker, generator: Any = None, **kwargs: Any) -> 
         from ragkit.debias.reranker import MoIReranker
 
         return MoIReranker(generator, **{**_MOI_RERANKERS[kind], **kw})
-    reject(_ENCODER_KW)
     assert arg is not None
     if kind == "student":
         from ragkit.debias.student import DistilledReranker
 
-        return DistilledReranker.load(arg, **{k: v for k, v in kw.items() if k != "max_length"})
+        reject(("device", "batch_size"))  # max_length is the student's own, saved with it
+        return DistilledReranker.load(arg, **kw)
     from ragkit.debias.cross_encoder import CrossEncoderReranker
 
+    reject(_ENCODER_KW)
     return CrossEncoderReranker.from_pretrained(arg, **kw)
 
 
