@@ -87,7 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     rows.append({"design": "given_order", "outcome": None, "mrr@10": float(given_mrr.mean()),
                  "recall@2": float(np.mean([r for _, r in given])), "sequences_per_q": 0.0, "seconds_per_q": 0.0,
                  "fallback_rate": None, "per_question_mrr": given_mrr.tolist()})
-    print(f"{'design':<12} {'outcome':<12} {'MRR@10':>7} {'R@2':>6} {'seq/q':>6} {'s/q':>7} {'fallb':>6}  dMRR [95% CI]")
+    print(f"{'design':<12} {'outcome':<12} {'MRR@10':>7} {'R@2':>6} {'seq/q':>6} {'s/q':>7} {'fallb':>6}"
+          "  dMRR [95% CI]")
     print(f"{'given_order':<12} {'-':<12} {given_mrr.mean():7.3f} {np.mean([r for _, r in given]):6.3f}")
     for outcome in args.outcomes.split(","):
         oc = label_free if outcome == "label_free" else outcome

@@ -44,7 +44,6 @@ import numpy as np
 
 from ragkit.debias.designs import (
     DESIGNS,
-    PRESENCE_DESIGNS,
     _shift_sequence,
     ablate,
     make_design,
@@ -462,8 +461,11 @@ class MoI:
             reused = [reusable_answer(r.orderings, r.ordering_answers, r.order) if self.reuse_cache else None
                       for r in results]
             todo = [i for i, a in enumerate(reused) if a is None]
+            # the consensus answer is a draft that greedy decoding of the final prompt is checked against
+            kw = ({"drafts": [results[i].target for i in todo]}
+                  if self.reuse_cache and callable(getattr(self.generator, "run_orderings", None)) else {})
             finals = self.generator.answer([qs[i] for i in todo], [[ps[i][j] for j in results[i].order] for i in todo],
-                                           max_new_tokens=self.max_new_tokens) if todo else []
+                                           max_new_tokens=self.max_new_tokens, **kw) if todo else []
             for i, a in zip(todo, finals):
                 results[i].answer = a
                 results[i].generator_calls += 1

@@ -132,7 +132,8 @@ class SweepResult:
         fig, axes = plt.subplots(1, 2, figsize=(9.0, 3.4), layout="constrained")
         cb = self.row("closed_book")
         orc = self.row("oracle")
-        for ax, key, label in ((axes[0], "subspan_em", "best-subspan EM"), (axes[1], "logprob", "gold answer mean log-prob")):
+        panels = ((axes[0], "subspan_em", "best-subspan EM"), (axes[1], "logprob", "gold answer mean log-prob"))
+        for ax, key, label in panels:
             for i, k in enumerate(self.k_values):
                 rs = [self.row("slot", k, s) for s in self.slots[k]]
                 ax.plot([r["slot"] + 1 for r in rs], [r[key] for r in rs], marker="o", color=f"C{i}", label=f"k={k}")
@@ -204,7 +205,7 @@ def position_sweep(
 
     # Flatten every (question, setting) context into one batch for generation and scoring.
     settings: list[tuple[int, str, int | None, int | None, list[Passage]]] = []
-    for i, (r, g, ds) in enumerate(zip(recs, golds, distractors)):
+    for i, (g, ds) in enumerate(zip(golds, distractors)):
         assert g is not None
         settings.append((i, "closed_book", None, None, []))
         settings.append((i, "oracle", None, None, [g]))
@@ -219,7 +220,8 @@ def position_sweep(
     preds: list[str] = [""] * len(settings)
     if generate:
         preds = list(
-            generator.answer([recs[i].question for i, *_ in settings], [c for *_, c in settings], max_new_tokens=max_new_tokens)
+            generator.answer([recs[i].question for i, *_ in settings], [c for *_, c in settings],
+                             max_new_tokens=max_new_tokens)
         )
         em = np.array([best_subspan_em(p, recs[i].answers) for p, (i, *_) in zip(preds, settings)])
     if score:
@@ -261,8 +263,8 @@ def position_sweep(
         summary[str(kk)] = entry
     per_q = [
         {"qid": recs[i].id, "setting": st, "k": kk, "slot": s, "passage_ids": [c.id for c in ctx],
-         "gold_id": golds[i].id, "prediction": p, "subspan_em": float(e), "logprob": float(l)}  # type: ignore[union-attr]
-        for (i, st, kk, s, ctx), p, e, l in zip(settings, preds, em, lp)
+         "gold_id": golds[i].id, "prediction": p, "subspan_em": float(e), "logprob": float(lpv)}  # type: ignore[union-attr]
+        for (i, st, kk, s, ctx), p, e, lpv in zip(settings, preds, em, lp)
     ]
     return SweepResult(
         model=str(getattr(generator, "name", "generator")),
