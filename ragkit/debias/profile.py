@@ -23,8 +23,8 @@ Which profile MoI uses (:meth:`PositionProfile.for_generator`, issue 14 item 5),
    (:meth:`PositionProfile.recency`);
 3. with ``calibrate=True``: the gold-passage probe on the bundled HotpotQA sample
    (``n_questions`` questions, ``n_questions · (k + 1)`` scored prompts in one batched call with
-   the generator's progress bar: about 1 min for 8 questions at k = 10 with a 135M model on 2
-   CPU cores), then cached;
+   the generator's progress bar: 88 full-prompt forwards at the defaults, 8 questions and
+   k = 10, which is several minutes for a 135M model on 2 CPU cores), then cached;
 4. otherwise (the default, since calibration costs minutes on CPU for larger models) the flat
    profile, with a warning naming ``ragkit bias-profile``. The presence designs (``loo``,
    ``ablate``, ``mixed``) do not need a profile to rank; the permutation designs do.
