@@ -174,8 +174,9 @@ class MoI:
         (further rotations / reversals; at most ``k`` for cyclic, ``2k`` otherwise); ``ablate``
         starts with ``k`` masks and adds ``k/2`` (at most ``4k``); ``mixed`` starts with ``2k``
         and adds ``k`` (at most ``6k``); ``loo`` is complete after its one round of ``k + 1``.
-        Outcomes of earlier rounds are reused, except ``consensus``, whose target answer depends
-        on every intervention: it is recomputed over all interventions each round.
+        Outcomes of earlier rounds are reused (``full_answer`` regenerates its one full-prompt
+        answer per round), except ``consensus``, whose target answer depends on every
+        intervention: it is recomputed over all interventions each round.
     outcome
         ``"consensus"`` (label-free, default), ``"gold"`` (needs answers), ``"confidence"``, any
         other name in :data:`ragkit.debias.outcomes.OUTCOMES` (e.g. ``"full_answer"``), or a
