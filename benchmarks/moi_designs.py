@@ -5,7 +5,8 @@ retriever's list. Each MoI design (permutation: cyclic, prior; presence: loo, ab
 each outcome (``gold``: the reference answer's log-prob, an oracle; label-free: ``full_answer``
 when the library has it, else ``consensus``) ranks the paragraphs; the ranking is scored against
 the supporting-fact paragraphs: MRR@k (reciprocal rank of the first gold paragraph) and
-recall@2. Also: sequences per question, seconds per question, the fallback rate (queries kept in
+recall@2. ``design@auto`` rows use the adaptive budget (issue 15.3: quality against calls beside
+the fixed budgets on the same questions). Also: sequences per question, seconds per question, the fallback rate (queries kept in
 the given order by the separation test), and the paired MRR difference to the given order with a
 percentile-bootstrap 95% interval (2000 resamples, seeded).
 
@@ -55,7 +56,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--data", default=str(DEFAULT_DATA), help="HotpotQA JSONL (train split)")
     ap.add_argument("--limit", type=int, default=10)
     ap.add_argument("--k", type=int, default=10)
-    ap.add_argument("--designs", default="cyclic,prior,loo,ablate,mixed")
+    ap.add_argument("--designs", default="loo,prior,ablate,ablate@auto,cyclic,mixed",
+                    help="comma-separated designs, each optionally with @BUDGET (an integer or auto)")
     ap.add_argument("--outcomes", default="gold,label_free")
     ap.add_argument("--passage-max-tokens", type=int, default=48)
     ap.add_argument("--max-new-tokens", type=int, default=8)
@@ -92,21 +94,23 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'given_order':<12} {'-':<12} {given_mrr.mean():7.3f} {np.mean([r for _, r in given]):6.3f}")
     for outcome in args.outcomes.split(","):
         oc = label_free if outcome == "label_free" else outcome
-        for design in args.designs.split(","):
-            moi = MoI(gen, design=design, outcome=oc, max_new_tokens=args.max_new_tokens)
+        for spec in args.designs.split(","):
+            design, _, b = spec.partition("@")  # "ablate@auto", "cyclic@5": a budget after "@"
+            budget: int | str | None = None if not b else (b if b == "auto" else int(b))
+            moi = MoI(gen, design=design, budget=budget, outcome=oc, max_new_tokens=args.max_new_tokens)
             t0 = time.perf_counter()
             res = moi.run_many(qs, ps, answers_list=answers if oc == "gold" else None, generate_answer=False)
             dt = time.perf_counter() - t0
             mets = [rank_metrics(r.ranking.ids(), g, args.k) for r, g in zip(res, golds)]
             mrr = np.array([m for m, _ in mets])
-            row = {"design": design, "outcome": oc, "mrr@10": float(mrr.mean()),
+            row = {"design": spec, "outcome": oc, "mrr@10": float(mrr.mean()),
                    "recall@2": float(np.mean([r for _, r in mets])),
                    "sequences_per_q": float(np.mean([r.generator_calls for r in res])),
                    "seconds_per_q": dt / len(res), "fallback_rate": float(np.mean([r.fallback for r in res])),
                    "mrr_minus_given": paired_ci(mrr, given_mrr), "per_question_mrr": mrr.tolist()}
             rows.append(row)
             d = row["mrr_minus_given"]
-            print(f"{design:<12} {oc:<12} {row['mrr@10']:7.3f} {row['recall@2']:6.3f} {row['sequences_per_q']:6.1f} "
+            print(f"{spec:<12} {oc:<12} {row['mrr@10']:7.3f} {row['recall@2']:6.3f} {row['sequences_per_q']:6.1f} "
                   f"{row['seconds_per_q']:7.2f} {row['fallback_rate']:6.2f}  {d[0]:+.3f} [{d[1]:+.3f}, {d[2]:+.3f}]",
                   flush=True)
             write_json(args.out, {
