@@ -6,9 +6,9 @@ each outcome (``gold``: the reference answer's log-prob, an oracle; label-free: 
 when the library has it, else ``consensus``) ranks the paragraphs; the ranking is scored against
 the supporting-fact paragraphs: MRR@k (reciprocal rank of the first gold paragraph) and
 recall@2. ``design@auto`` rows use the adaptive budget (issue 15.3: quality against calls beside
-the fixed budgets on the same questions). Also: sequences per question, seconds per question, the fallback rate (queries kept in
-the given order by the separation test), and the paired MRR difference to the given order with a
-percentile-bootstrap 95% interval (2000 resamples, seeded).
+the fixed budgets on the same questions). Also: sequences per question, seconds per question,
+the fallback rate (queries kept in the given order by the separation test), and the paired MRR
+difference to the given order with a percentile-bootstrap 95% interval (2000 resamples, seeded).
 
 Used to pick MoI's default design on training questions only (issue 20).
 
