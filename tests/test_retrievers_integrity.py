@@ -82,6 +82,15 @@ def test_unknown_missing_or_mistyped_field_is_a_clear_error(tmp_path: Path, chan
         load_retriever(d)
 
 
+def test_numba_kernel_is_cached_on_disk() -> None:
+    # the JIT compile (seconds) happens once per machine; later processes load machine code
+    k = pytest.importorskip("ragkit.retrievers._bm25_numba")
+    from numba.core.caching import NullCache
+
+    for fn in (k.topk_batch, k._sift_to_root, k._sift_to_leaf, k._below):
+        assert not isinstance(fn._cache, NullCache), fn
+
+
 def test_checks_cannot_be_skipped(tmp_path: Path) -> None:
     assert "verify" not in inspect.signature(BM25Retriever.load).parameters
     d = _bm25().save(tmp_path / "idx")
@@ -104,7 +113,7 @@ def test_files_key_outside_the_folder_is_never_opened(tmp_path: Path) -> None:
                                      ("../../etc/passwd", "0" * 64), ("/etc/passwd", "0" * 64),
                                      ("bm25s/../../secret.txt", digest)]):
         d = _bm25().save(tmp_path / f"idx{i}")
-        _edit(d, lambda m: m["files"].update({rel: dig}), resign=True)
+        _edit(d, lambda m, rel=rel, dig=dig: m["files"].update({rel: dig}), resign=True)
         with pytest.raises(IndexFormatError, match="not a plain relative path") as e:
             load_retriever(d)
         msgs.append(str(e.value).replace(rel, "X").replace(str(d), "D"))
@@ -175,6 +184,17 @@ def test_null_ids_and_texts_are_refused(tmp_path: Path, row, what) -> None:
     f.write_text(json.dumps({"id": "ok", "text": "fine"}) + "\n" + json.dumps(row) + "\n")
     with pytest.raises(ValueError, match=f"c.jsonl:2: .*{what}"):
         list(iter_passages(f))
+
+
+def test_null_id_inside_a_saved_index_is_a_damaged_index(tmp_path: Path) -> None:
+    d = _bm25().save(tmp_path / "idx")
+    lines = (d / "passages.jsonl").read_text().splitlines()
+    lines[1] = json.dumps({"id": None, "text": "x"})
+    (d / "passages.jsonl").write_text("\n".join(lines) + "\n")
+    digest = hashlib.sha256((d / "passages.jsonl").read_bytes()).hexdigest()
+    _edit(d, lambda m: m["files"].update({"passages.jsonl": digest}), resign=True)
+    with pytest.raises(IndexFormatError, match="passages.jsonl line 2: .*null id"):
+        load_retriever(d)
 
 
 def test_duplicate_ids_are_all_named() -> None:

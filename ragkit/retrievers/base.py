@@ -679,15 +679,17 @@ class Retriever(ABC):
                 "open it with ragkit.retrievers.load_retriever(dir)"
             )
         passages: list[Passage] = []
-        try:
-            with open(index_path(folder, PASSAGES, "the file"), encoding="utf-8") as f:
-                for i, line in enumerate(f, 1):
-                    if line.strip():
-                        passages.append(Passage.from_dict(json.loads(line)))
-        except (ValueError, TypeError, AttributeError, KeyError) as e:
-            raise IndexFormatError(
-                f"index {folder} is damaged: {PASSAGES} line {i}: {e}; rebuild it"
-            ) from e
+        lineno = 0
+        with open(index_path(folder, PASSAGES, "the file"), encoding="utf-8") as f:
+            for lineno, line in enumerate(f, 1):  # noqa: B007 - named in the error below
+                if not line.strip():
+                    continue
+                try:
+                    passages.append(Passage.from_dict(json.loads(line)))
+                except (ValueError, TypeError, AttributeError, KeyError) as e:
+                    raise IndexFormatError(
+                        f"index {folder} is damaged: {PASSAGES} line {lineno}: {e}; rebuild it"
+                    ) from e
         if len(passages) != manifest["n_docs"]:
             raise IndexFormatError(
                 f"index {folder} is damaged: {len(passages)} passages but the manifest says "
