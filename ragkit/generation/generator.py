@@ -324,18 +324,33 @@ class Generator:
         questions: Sequence[str],
         passages: Sequence[Sequence[Passage | str]],
         max_new_tokens: int = 32,
+        drafts: Sequence[str | None] | None = None,
     ) -> list[str]:
         """Greedy short answers: build each prompt, generate, keep the first line, trim stop strings.
 
         EOS is forbidden as the first token (small models otherwise often stop at once).
+        ``drafts`` (optional, one per question, e.g. MoI's consensus answer) are checked in one
+        forward each (:func:`ragkit.generation.decoding.verify_drafts`, greedy speculative
+        decoding): a draft that greedy decoding would produce is returned without decoding; the
+        others are generated as usual. The answers are the same either way.
         """
         questions = list(questions)
         if len(questions) != len(passages):
             raise ValueError(f"answer() got {len(questions)} questions but {len(passages)} passage lists; "
                              "pass one passage list per question")
+        if drafts is not None and len(drafts) != len(questions):
+            raise ValueError(f"answer() got {len(questions)} questions but {len(drafts)} drafts; pass one per question")
         prompts = [self.build_prompt(q, ps) for q, ps in zip(questions, passages)]
-        outs = self.generate(prompts, max_new_tokens=max_new_tokens, stop=list(self.template.stop),
-                             min_new_tokens=1)
+        stops = list(self.template.stop)
+        outs: list[str | None] = [None] * len(prompts)
+        if drafts is not None:
+            outs = decoding.verify_drafts(self, prompts, drafts, max_new_tokens, stops, min_new_tokens=1)
+        todo = [i for i, o in enumerate(outs) if o is None]
+        if todo:
+            gen = self.generate([prompts[i] for i in todo], max_new_tokens=max_new_tokens, stop=stops,
+                                min_new_tokens=1)
+            for i, o in zip(todo, gen):
+                outs[i] = str(o)
         return [self.clean_answer(str(o)) for o in outs]
 
     @staticmethod

@@ -33,7 +33,7 @@ def gen(tiny_lm_dir: Path) -> Generator:
     g = Generator(str(tiny_lm_dir), device="cpu", template=tmpl, batch_size=3, show_progress=False)
     # zero the (tied) embedding rows of punctuation-only tokens so that greedy answers hold words
     tok = g.tokenizer
-    idx = [i for i in range(len(tok)) if not normalize_answer(tok.decode([i]))]
+    idx = [i for i in range(len(tok)) if not normalize_answer(tok.decode([i])) or "\ufffd" in tok.decode([i])]
     with torch.no_grad():
         g.model.get_input_embeddings().weight[idx] = 0.0
     return g
@@ -128,3 +128,22 @@ def test_reusable_answer() -> None:
     assert reusable_answer(ods, ["Paris", "London"], [2, 1, 0]) == "London"
     assert reusable_answer(ods, ["Paris", "  "], [2, 1, 0]) is None
     assert reusable_answer(ods, ["Paris", "London"], [1, 2, 0]) is None
+
+
+@pytest.mark.slow
+def test_answer_with_drafts_equals_greedy() -> None:
+    """On the embedded SmolLM2 (real answers that end at a stop string): right drafts are confirmed
+    in one forward without decoding, wrong ones fall back to decoding, and the answers never change."""
+    g = Generator(device="cpu", show_progress=False)
+    ps = [Passage("1", "Arthur's Magazine (1844-1846) was an American literary periodical published in Philadelphia.",
+                  title="Arthur's Magazine"),
+          Passage("2", "First for Women is a woman's magazine published by Bauer Media Group in the USA.",
+                  title="First for Women")]
+    qs = ["Which magazine was started first, Arthur's Magazine or First for Women?", "Where was Arthur's Magazine published?"]
+    pss = [ps, ps[::-1]]
+    plain = g.answer(qs, pss, max_new_tokens=16)
+    g.reset_counters()
+    assert g.answer(qs, pss, max_new_tokens=16, drafts=plain) == plain
+    assert g.reset_counters()["decode_tokens"] == 0
+    assert g.answer(qs, pss, max_new_tokens=16, drafts=["certainly not this", None]) == plain
+    assert g.reset_counters()["decode_tokens"] > 0
