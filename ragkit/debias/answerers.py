@@ -29,6 +29,7 @@ import numpy as np
 from ragkit.debias.baselines import borda, per_ordering_rankings, rrf, vote
 from ragkit.debias.designs import PERMUTATION_DESIGNS, make_design
 from ragkit.debias.outcomes import generate_per_ordering
+from ragkit.generation.base import GeneratorLike
 from ragkit.types import Passage
 
 __all__ = ["ANSWERERS", "AnswerResult", "Answerer", "SingleAnswerer", "VotingAnswerer", "PSCAnswerer",
@@ -77,7 +78,7 @@ class Answerer(ABC):
 
     name = "answerer"
 
-    def __init__(self, generator: Any, max_new_tokens: int = 16) -> None:
+    def __init__(self, generator: GeneratorLike, max_new_tokens: int = 16) -> None:
         if generator is None:
             raise ValueError(f"the {self.name!r} answerer needs a generator; pass a ragkit.generation.Generator")
         if max_new_tokens < 1:
@@ -132,7 +133,7 @@ class VotingAnswerer(Answerer):
 
     name = "voting"
 
-    def __init__(self, generator: Any, max_new_tokens: int = 16, design: str = "cyclic",
+    def __init__(self, generator: GeneratorLike, max_new_tokens: int = 16, design: str = "cyclic",
                  budget: int | None = None, seed: int = 0) -> None:
         super().__init__(generator, max_new_tokens)
         if design not in PERMUTATION_DESIGNS:
@@ -171,7 +172,7 @@ class PSCAnswerer(VotingAnswerer):
         The RRF constant ``c``.
     """
 
-    def __init__(self, generator: Any, max_new_tokens: int = 16, agg: str = "borda", rrf_k: float = 60.0,
+    def __init__(self, generator: GeneratorLike, max_new_tokens: int = 16, agg: str = "borda", rrf_k: float = 60.0,
                  design: str = "cyclic", budget: int | None = None, seed: int = 0) -> None:
         if agg not in ("borda", "rrf"):
             raise ValueError(f"unknown aggregation {agg!r}; choose 'borda' or 'rrf'")
@@ -195,7 +196,7 @@ class PSCAnswerer(VotingAnswerer):
         return results
 
 
-def get_answerer(name: str | Answerer, generator: Any = None, **kwargs: Any) -> Answerer:
+def get_answerer(name: str | Answerer, generator: GeneratorLike | None = None, **kwargs: Any) -> Answerer:
     """Build an answerer by name: ``single``, ``voting``, ``psc_borda``, ``psc_rrf`` (or ``psc``).
 
     ``kwargs`` go to the answerer (``max_new_tokens``; ``design``, ``budget``, ``seed`` for voting

@@ -64,6 +64,7 @@ from ragkit.debias.estimators import (
 from ragkit.debias.outcomes import OUTCOMES, OutcomeFn, OutcomeResult, compute_outcomes, reusable_answer
 from ragkit.debias.placement import place
 from ragkit.debias.profile import PositionProfile
+from ragkit.generation.base import GeneratorLike
 from ragkit.types import Passage, Query, RankedList, as_passages
 
 __all__ = ["MoI", "MoIResult", "PLACEMENTS"]
@@ -230,7 +231,7 @@ class MoI:
 
     def __init__(
         self,
-        generator: Any,
+        generator: GeneratorLike | None,
         design: str = "cyclic",
         budget: int | str | None = None,
         outcome: str | OutcomeFn = "consensus",

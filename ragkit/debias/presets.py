@@ -53,6 +53,7 @@ from typing import Any
 from ragkit.debias.answerers import Answerer, get_answerer
 from ragkit.debias.baselines import IdentityReranker, RandomReranker
 from ragkit.debias.placement import check_placement, place
+from ragkit.generation.base import GeneratorLike
 from ragkit.reranking import Reranker
 from ragkit.types import Passage, Query, RankedList, as_passages
 
@@ -167,7 +168,7 @@ def resolve_method(name: str) -> Preset:
     raise ValueError(f"unknown method {name!r}; choose one of {', '.join(available_methods())}")
 
 
-def get_reranker(spec: str | Reranker, generator: Any = None, **kwargs: Any) -> Reranker:
+def get_reranker(spec: str | Reranker, generator: GeneratorLike | None = None, **kwargs: Any) -> Reranker:
     """Build a reranker from a spec (see the module table); a :class:`Reranker` is returned as is.
 
     Parameters
@@ -372,7 +373,7 @@ class Method:
                 "ordering_answers": list(r.ordering_answers), "target": r.target}
 
 
-def get_method(name: str, generator: Any = None, **kwargs: Any) -> Method:
+def get_method(name: str, generator: GeneratorLike | None = None, **kwargs: Any) -> Method:
     """Build a method from its preset name (see the module table; checked before any model loads).
 
     Parameters

@@ -44,6 +44,7 @@ from typing import Any
 
 import numpy as np
 
+from ragkit.generation.base import GeneratorLike
 from ragkit.types import Passage, QARecord
 
 __all__ = ["PositionProfile", "DEFAULT_LAST_WEIGHT", "profile_cache_path"]
@@ -69,7 +70,7 @@ def profile_cache_path(model: str, template: str, k: int) -> Path:
     return cache_dir() / "profiles" / f"{slug}-{template}-k{int(k)}-{digest}.json"
 
 
-def _generator_key(generator: Any) -> tuple[str, str]:
+def _generator_key(generator: GeneratorLike) -> tuple[str, str]:
     name = str(getattr(generator, "name", "unknown"))
     tmpl = str(getattr(getattr(generator, "template", None), "name", "short"))
     return name, tmpl
@@ -184,7 +185,7 @@ class PositionProfile:
     @classmethod
     def calibrate(
         cls,
-        generator: Any,
+        generator: GeneratorLike,
         records: Sequence[QARecord],
         k: int = 10,
         seed: int = 0,
@@ -273,7 +274,7 @@ class PositionProfile:
     @classmethod
     def for_generator(
         cls,
-        generator: Any,
+        generator: GeneratorLike,
         k: int,
         calibrate: bool = False,
         records: Sequence[QARecord] | None = None,

@@ -7,6 +7,7 @@ from typing import Any
 from ragkit.debias.moi import MoI, MoIResult
 from ragkit.debias.outcomes import OutcomeFn
 from ragkit.debias.profile import PositionProfile
+from ragkit.generation.base import GeneratorLike
 from ragkit.reranking import Reranker
 from ragkit.types import Passage, Query, RankedList
 
@@ -48,7 +49,7 @@ class MoIReranker(Reranker):
 
     def __init__(
         self,
-        generator: Any,
+        generator: GeneratorLike | None,
         design: str = "cyclic",
         budget: int | None = None,
         outcome: str | OutcomeFn = "consensus",
