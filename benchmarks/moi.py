@@ -26,24 +26,18 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import platform
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from ragkit.debias.designs import cyclic, prior
+
 ROOT = Path(__file__).resolve().parents[1]
-DEV = ROOT.parent / "shared" / "data" / "hotpotqa" / "dev.jsonl"
-
-
-def cyclic(k: int) -> list[list[int]]:
-    """The k rotations of the retriever order (a Latin square)."""
-    return [[(s + j) % k for j in range(k)] for s in range(k)]
-
-
-def prior(k: int) -> list[list[int]]:
-    """Retriever order, its reversal and a half rotation (M = 3)."""
-    return [list(range(k)), list(range(k))[::-1], [(j + k // 2) % k for j in range(k)]]
+SHARED = Path(os.environ.get("RAGKIT_SHARED_DATA") or ROOT.parent / "shared" / "data")
+DEV = SHARED / "hotpotqa" / "dev.jsonl"
 
 
 def cpu_name() -> str:
@@ -62,7 +56,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--n-questions", type=int, default=5)
     ap.add_argument("--k", type=int, default=10)
     ap.add_argument("--passage-tokens", type=int, default=60)
-    ap.add_argument("--data", default=str(DEV))
+    ap.add_argument("--data-file", "--data", dest="data", default=str(DEV),
+                    help="HotpotQA JSONL (default: ../shared/data/hotpotqa/dev.jsonl from the repository root, "
+                         "or $RAGKIT_SHARED_DATA/hotpotqa/dev.jsonl)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--max-seconds", type=float, default=420.0,
                     help="stop adding questions once this much time is spent (at least one question runs)")
@@ -73,6 +69,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from ragkit.datasets import load_hotpotqa
     from ragkit.generation import Generator
+    from ragkit.generation.scoring import common_prefix_len, ordering_prompts
     from ragkit.io import write_json
 
     logging.basicConfig(level=logging.WARNING)
@@ -81,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     model = gen.model
     records = [r for r in load_hotpotqa(args.data, limit=args.n_questions * 3)
                if len(r.passages) >= args.k and r.answers][: args.n_questions]
-    designs = {"cyclic": cyclic(args.k), "prior": prior(args.k)}
+    designs = {"cyclic": cyclic(args.k), "prior": prior(args.k, 3)}
     acc: dict[str, dict[str, float]] = {
         d: {"lib_s": 0.0, "naive_s": 0.0, "raw_s": 0.0, "tokens_lib": 0, "tokens_naive": 0, "max_abs_diff": 0.0}
         for d in designs
@@ -89,12 +86,11 @@ def main(argv: list[str] | None = None) -> int:
     done = 0
     t_start = time.perf_counter()
 
-    def tokens_for(q: str, ps: list, orders: list[list[int]], answer: str) -> tuple[list[list[int]], list[list[int]], int]:
-        texts = gen._fit_passages(q, ps)
-        prompts = [gen.template.build(q, [ps[i] for i in o], gen.tokenizer, [texts[i] for i in o]) for o in orders]
-        p_ids = gen._encode_prompts(prompts)
-        a_ids = gen._encode_texts([gen._answer_text(p, answer, 0) for p in prompts])
-        return p_ids, a_ids, gen._common_prefix_len(p_ids)
+    def tokens_for(q: str, ps: list, orders: list[list[int]],
+                   answer: str) -> tuple[list[list[int]], list[list[int]], int]:
+        prompts = ordering_prompts(gen, [q], [ps], [orders])[0]
+        p_ids, a_ids = gen.encode_answers(prompts, [answer] * len(prompts))
+        return p_ids, a_ids, common_prefix_len(p_ids)
 
     for rec in records:
         if done and time.perf_counter() - t_start > args.max_seconds:
@@ -141,7 +137,8 @@ def main(argv: list[str] | None = None) -> int:
             t0 = time.perf_counter()
             with torch.inference_mode():
                 out = body(input_ids=pre_ids, attention_mask=pre_mask, use_cache=True)
-                cache = DynamicCache(ddp_cache_data=[(layer.keys.index_select(0, idx), layer.values.index_select(0, idx))
+                cache = DynamicCache(ddp_cache_data=[(layer.keys.index_select(0, idx),
+                                                      layer.values.index_select(0, idx))
                                                      for layer in out.past_key_values.layers])
                 hid = body(input_ids=s_ids, attention_mask=full_mask, position_ids=pos, past_key_values=cache,
                            use_cache=True).last_hidden_state
@@ -185,13 +182,16 @@ def main(argv: list[str] | None = None) -> int:
         }
         out["designs"][name] = d
         rows.append((name, d))
-    out["prior_vs_cyclic_lib_time_ratio"] = out["designs"]["prior"]["lib_s_per_query"] / out["designs"]["cyclic"]["lib_s_per_query"]
-    head = f"{'design':8} {'M':>3} {'lib s/q':>9} {'naive s/q':>10} {'speedup':>8} {'lib tok/s':>10} {'raw tok/s':>10} {'lib/raw':>8}"
+    out["prior_vs_cyclic_lib_time_ratio"] = (out["designs"]["prior"]["lib_s_per_query"]
+                                             / out["designs"]["cyclic"]["lib_s_per_query"])
+    head = (f"{'design':8} {'M':>3} {'lib s/q':>9} {'naive s/q':>10} {'speedup':>8} {'lib tok/s':>10} "
+            f"{'raw tok/s':>10} {'lib/raw':>8}")
     print(f"moi benchmark: {gen.name}, {out['device']}, {args.threads} threads, n={done}, k={args.k}")
     print(head)
     for name, d in rows:
         print(f"{name:8} {d['M']:>3} {d['lib_s_per_query']:>9.2f} {d['naive_s_per_query']:>10.2f} "
-              f"{d['moi_speedup_vs_naive']:>8.2f} {d['moi_tokens_per_s']:>10.0f} {d['raw_forward_tokens_per_s']:>10.0f} "
+              f"{d['moi_speedup_vs_naive']:>8.2f} {d['moi_tokens_per_s']:>10.0f} "
+              f"{d['raw_forward_tokens_per_s']:>10.0f} "
               f"{d['moi_vs_raw_tokens_per_s_ratio']:>8.2f}")
     write_json(args.out, out)
     return 0

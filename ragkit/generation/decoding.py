@@ -249,8 +249,9 @@ def verify_drafts(
     prompt) is accepted when ``argmax z_{|x|+j-1} = d_j`` for every ``j`` (EOS masked for the
     first ``min_new_tokens`` steps), no proper prefix of ``d`` already hits a stop string, and the
     token ``t = argmax z_{|x|+|d|-1}`` after it ends decoding (EOS, or a stop string in
-    ``decode(d + [t])``) or ``|d|`` is ``max_new_tokens``. The result is then exactly what :func:`generate` returns (cut at the stop
-    string), at the cost of one prefill of ``x + d`` instead of ``|d| + 1`` decode steps.
+    ``decode(d + [t])``) or ``|d|`` is ``max_new_tokens``. The result is then exactly what
+    :func:`generate` returns (cut at the stop string), at the cost of one prefill of ``x + d``
+    instead of ``|d| + 1`` decode steps.
     """
     import torch
 

@@ -136,7 +136,6 @@ def _positions(mask: torch.Tensor, offsets: torch.Tensor | None = None) -> torch
 # ----------------------------------------------------------------------------- score
 def score(gen: Generator, prompts: Sequence[str], answers: Sequence[str]) -> ScoreResult:
     """:meth:`ragkit.generation.Generator.score` (see there)."""
-    import torch
 
     prompts, answers = list(prompts), list(answers)
     if len(prompts) != len(answers):
@@ -212,7 +211,6 @@ def _groups(p_ids: Sequence[Sequence[Sequence[int]]], batch_size: int) -> list[l
 def _prefix_cache(gen: Generator, queries: Sequence[int], p_ids: Sequence[Sequence[Sequence[int]]],
                   prefix_len: Sequence[int]) -> tuple[list[tuple[torch.Tensor, torch.Tensor]], torch.Tensor]:
     """Key/value tensors of the queries' shared prefixes (right-padded) and their mask."""
-    import torch
     from transformers import DynamicCache
 
     ids, mask = _layout(gen, [[] for _ in queries], [p_ids[q][0][: prefix_len[q]] for q in queries])

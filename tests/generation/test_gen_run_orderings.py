@@ -139,7 +139,8 @@ def test_answer_with_drafts_equals_greedy() -> None:
                   title="Arthur's Magazine"),
           Passage("2", "First for Women is a woman's magazine published by Bauer Media Group in the USA.",
                   title="First for Women")]
-    qs = ["Which magazine was started first, Arthur's Magazine or First for Women?", "Where was Arthur's Magazine published?"]
+    qs = ["Which magazine was started first, Arthur's Magazine or First for Women?",
+          "Where was Arthur's Magazine published?"]
     pss = [ps, ps[::-1]]
     plain = g.answer(qs, pss, max_new_tokens=16)
     g.reset_counters()
