@@ -144,6 +144,18 @@ def test_cord_kl_direction_is_teacher_to_student_hand_computed() -> None:
     assert float(both.loss) == pytest.approx(0.5 * (-math.log(0.8) - math.log(0.3)) + 0.5 * kl_pq, rel=1e-9)
 
 
+def test_divergences_average_over_real_answer_tokens_only() -> None:
+    """A padded answer position (mask False) holds arbitrary distributions; it must not count."""
+    p, q = [0.8, 0.15, 0.05], [0.3, 0.3, 0.4]
+    kl_pq = sum(a * math.log(a / b) for a, b in zip(p, q))
+    lo = torch.log(torch.tensor([[p, [0.98, 0.01, 0.01]]], dtype=torch.float64))  # (B=1, T=2, V=3)
+    lp = torch.log(torch.tensor([[q, [0.01, 0.01, 0.98]]], dtype=torch.float64))
+    tgt, mask = torch.tensor([[0, 0]]), torch.tensor([[True, False]])
+    assert float(kl_divergence(lo, lp, mask)[0]) == pytest.approx(kl_pq, rel=1e-9)
+    assert float(pair_loss(lo, lp, tgt, mask, loss="cord").reg[0]) == pytest.approx(kl_pq, rel=1e-9)
+    assert float(token_ce(lo, tgt, mask)[0]) == pytest.approx(-math.log(0.8), rel=1e-9)
+
+
 def test_consistency_js_hand_computed() -> None:
     tgt = torch.tensor([[0]])
     mask = torch.ones(1, 1, dtype=torch.bool)
@@ -243,6 +255,10 @@ def test_trainer_loss_reads_the_right_rows(tiny_lm_dir: Path, examples: list[Exa
 
     cfg = _config(tmp_path / "rows", tiny_lm_dir, loss="cord", alpha=1.0, lam=0.7)
     m, tok, _ = load_model(cfg)
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():  # sharper than the near-uniform random init, so the two orderings score apart
+        for prm in m.parameters():
+            prm.add_(torch.randn(prm.shape, generator=g) * 0.5)
     tr = make_trainer(m, tok, examples[:3], cfg)
     coll = tr.data_collator
     batch = coll(examples[:3])
@@ -258,6 +274,7 @@ def test_trainer_loss_reads_the_right_rows(tiny_lm_dir: Path, examples: list[Exa
         res = gen.score(prompts, [e.answer for e in examples[:3]])
         ce = -res.mean
         np.testing.assert_allclose(got.numpy(), ce, rtol=1e-4, atol=1e-4)
+    assert float((parts.ce_original - parts.ce_perturbed).abs().max()) > 0.1  # rows that can be told apart
     assert float(loss) == pytest.approx(float((parts.ce_original + 0.7 * parts.reg).mean()), rel=1e-6)
 
 
