@@ -126,6 +126,8 @@ def test_grpo_config_is_explicit(tmp_path) -> None:
 
 def test_tiny_model_trains_end_to_end(tiny_lm_dir, tmp_path) -> None:
     """Real GRPOTrainer, beta > 0 (reference model rebuilt from the folder on disk), CPU."""
+    import dataclasses
+
     pytest.importorskip("trl")
     from ragkit.training.psgrpo import train_psgrpo
 
@@ -135,7 +137,7 @@ def test_tiny_model_trains_end_to_end(tiny_lm_dir, tmp_path) -> None:
     sets = build_paraphrase_sets(sample_records(3), RuleParaphraser(seed=0), n=1)
     out = tmp_path / "run"
     cfg = PSGRPOConfig(output_dir=str(out), model=str(tiny_lm_dir), paraphrases=2, num_generations=2, max_steps=2,
-                       beta=0.1, epsilon=0.2, kappa=3, max_completion_length=6, learning_rate=1e-2, save_steps=1000,
+                       beta=0.1, epsilon=0.2, kappa=3, max_completion_length=6, learning_rate=1e-2, save_steps=2,
                        gold_weight=0.0, passage_max_tokens=8)
     summary = train_psgrpo([s for s in sets], cfg, similarity=char_jaccard)
     assert summary["steps"] == 2
@@ -155,6 +157,13 @@ def test_tiny_model_trains_end_to_end(tiny_lm_dir, tmp_path) -> None:
 
     assert GenerationConfig.from_pretrained(out / "final").eos_token_id == \
         GenerationConfig.from_pretrained(tiny_lm_dir).eos_token_id
+    # resume: other settings are refused (named), a finished run keeps its summary
+    from ragkit.training.checkpoint import CheckpointError
+
+    with pytest.raises(CheckpointError, match=r"beta: 0.1 \(checkpoint\) vs 0.2 \(now\)"):
+        train_psgrpo(sets, dataclasses.replace(cfg, beta=0.2, resume_from_checkpoint="last"), similarity=char_jaccard)
+    again = train_psgrpo(sets, dataclasses.replace(cfg, resume_from_checkpoint="last"), similarity=char_jaccard)
+    assert again["train_loss"] == saved["train_loss"] and again["steps"] == 2
 
 
 def _bos_tokenizer_model(tmp_path):

@@ -53,7 +53,7 @@ def test_config_file_and_command_line(tmp_path: Path, capsys: pytest.CaptureFixt
     args = build_parser().parse_args(["train", "cord", "--config", str(y), "--max_steps", "10", "--lr", "1e-3"])
     cfg = _config_from_args(CORDConfig, args)
     assert (cfg.loss, cfg.lora, cfg.max_steps, cfg.learning_rate) == ("score_aware", True, 10, 1e-3)
-    assert cfg.warmup_steps == 3 and cfg.data_file == "train.jsonl"
+    assert cfg.get_warmup_steps(cfg.max_steps) == 3 and cfg.data_file == "train.jsonl"
     j = tmp_path / "run.json"
     j.write_text(json.dumps({"output_dir": str(tmp_path / "run"), "per_device_train_batch_size": 3,
                              "merge_lora": False}))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -52,7 +53,7 @@ def test_warmup_ratio_reaches_the_lr_schedule(tiny_lm_dir: Path, examples: list[
     from ragkit.training.psgrpo import PSGRPOConfig
 
     cfg = _config(tmp_path / "run", tiny_lm_dir, max_steps=20, warmup_ratio=0.25, learning_rate=1e-3)
-    assert cfg.warmup_steps == 5
+    assert cfg.get_warmup_steps(cfg.max_steps) == 5 and cfg.warmup_steps == 0  # the field is not rewritten
     m, tok, _ = load_model(cfg)
     tr = make_trainer(m, tok, examples, cfg)
     tr.create_optimizer_and_scheduler(num_training_steps=cfg.max_steps)
@@ -63,9 +64,12 @@ def test_warmup_ratio_reaches_the_lr_schedule(tiny_lm_dir: Path, examples: list[
         tr.lr_scheduler.step()
     assert lrs[0] == 0.0 and all(a < b for a, b in zip(lrs[:5], lrs[1:6])), lrs
     assert lrs[5] == pytest.approx(1e-3) and lrs[6] < lrs[5]  # then the linear decay
-    assert PSGRPOConfig(output_dir=str(tmp_path), max_steps=10, warmup_ratio=0.3).warmup_steps == 3
+    assert PSGRPOConfig(output_dir=str(tmp_path), max_steps=10, warmup_ratio=0.3).get_warmup_steps(10) == 3
     epochs = CORDConfig(output_dir=str(tmp_path), max_steps=-1, num_train_epochs=2, warmup_ratio=0.1)
-    assert epochs.warmup_steps == pytest.approx(0.1)  # a ratio, as transformers 5 reads a float below 1
+    assert epochs.get_warmup_steps(37) == 4  # epoch-based runs: a ratio of whatever the step count is
+    assert CORDConfig(output_dir=str(tmp_path), warmup_steps=3).get_warmup_steps(20) == 3
+    rebuilt = dataclasses.replace(cfg, max_steps=40)  # a config rebuilt from its fields keeps the ratio
+    assert rebuilt.get_warmup_steps(40) == 10
 
 
 # ------------------------------------------------------------------------------ run folder

@@ -30,12 +30,13 @@ from typing import Any, TypeVar
 
 __all__ = [
     "RESUME_MAY_CHANGE",
-    "apply_warmup_ratio",
+    "check_warmup_ratio",
     "check_known_keys",
     "config_from_mapping",
     "read_config_file",
     "settings_dict",
     "settings_diff",
+    "warmup_steps_for",
 ]
 
 logger = logging.getLogger(__name__)
@@ -112,31 +113,28 @@ def config_from_mapping(cls: type[C], values: Mapping[str, Any], source: str = "
     return cls(**dict(values))
 
 
-def apply_warmup_ratio(cfg: Any) -> None:
-    """Map the ``warmup_ratio`` field onto the ``warmup_steps`` the installed transformers reads.
+def check_warmup_ratio(cfg: Any) -> None:
+    """Validate a config's ``warmup_ratio`` (in ``[0, 1]``, not together with ``warmup_steps``).
 
-    transformers 5 dropped ``TrainingArguments.warmup_ratio``; a ratio there is now a float
-    ``warmup_steps`` in ``[0, 1)``. So that the setting is never lost, ragkit's configs keep a
-    ``warmup_ratio`` field and turn it into ``warmup_steps = ceil(warmup_ratio * max_steps)``
-    (or the ratio itself when the run is epoch-based). Setting both is an error.
+    transformers 5 dropped ``TrainingArguments.warmup_ratio`` (a ratio is now a float
+    ``warmup_steps`` below 1). ragkit's configs keep a ``warmup_ratio`` field so that the setting
+    is never lost, and read it in ``get_warmup_steps`` (:func:`warmup_steps_for`), the method the
+    Trainer's scheduler asks; the field itself is never rewritten, so a config rebuilt from its
+    saved settings (or ``dataclasses.replace``) stays the same.
     """
-    ratio = getattr(cfg, "warmup_ratio", None)
-    if ratio is None:
-        return
-    ratio = float(ratio)
+    ratio = float(getattr(cfg, "warmup_ratio", 0.0) or 0.0)
     if not 0.0 <= ratio <= 1.0 or math.isnan(ratio):
         raise ValueError(f"warmup_ratio must lie in [0, 1], got {ratio}")
-    if ratio == 0.0:
-        return
-    if getattr(cfg, "warmup_steps", 0):
+    if ratio and getattr(cfg, "warmup_steps", 0):
         raise ValueError(f"set warmup_ratio ({ratio}) or warmup_steps ({cfg.warmup_steps}), not both")
-    max_steps = int(getattr(cfg, "max_steps", -1) or -1)
-    if max_steps > 0:
-        cfg.warmup_steps = max(1, math.ceil(ratio * max_steps))
-    elif ratio < 1.0:
-        cfg.warmup_steps = ratio  # transformers >= 5: a float in [0, 1) is a ratio of the total steps
-    else:
-        raise ValueError("warmup_ratio = 1 needs max_steps > 0 (or pass warmup_steps)")
+
+
+def warmup_steps_for(cfg: Any, num_training_steps: int) -> int | None:
+    """``ceil(warmup_ratio * num_training_steps)`` when the config has a ``warmup_ratio``, else ``None``."""
+    ratio = float(getattr(cfg, "warmup_ratio", 0.0) or 0.0)
+    if not ratio:
+        return None
+    return max(1, math.ceil(ratio * int(num_training_steps)))
 
 
 def _plain(v: Any) -> Any:

@@ -60,7 +60,7 @@ import torch
 from transformers import Trainer, TrainerCallback, TrainingArguments
 
 from ragkit.generation.fitting import fit_prompt_ids
-from ragkit.training.config import apply_warmup_ratio, settings_dict
+from ragkit.training.config import check_warmup_ratio, settings_dict, warmup_steps_for
 from ragkit.training.data import Example
 from ragkit.training.perturb import OrderPerturbation, kendall_tau
 
@@ -449,7 +449,8 @@ class CORDConfig(TrainingArguments):
     merge_lora: bool = field(default=True, metadata={
         "help": "Save final/ with the adapter merged (a plain HF model); --no_merge_lora saves the adapter only."})
     warmup_ratio: float = field(default=0.0, metadata={
-        "help": "Warm-up as a fraction of max_steps (mapped onto warmup_steps = ceil(ratio * max_steps))."})
+        "help": "Warm-up as a fraction of the training steps: ceil(ratio * steps) steps (transformers 5 has no "
+                "warmup_ratio of its own)."})
     # -- TrainingArguments fields with CORD's defaults
     output_dir: str | None = field(default=None, metadata={
         "help": "Run folder: checkpoints, final/ model, cord_settings.json, cord_summary.json (required)."})
@@ -477,7 +478,7 @@ class CORDConfig(TrainingArguments):
             self.disable_tqdm = True
         if self.data_seed is None:
             self.data_seed = self.seed
-        apply_warmup_ratio(self)
+        check_warmup_ratio(self)
         super().__post_init__()
         if not torch.cuda.is_available():
             self.dataloader_pin_memory = False  # pinning needs an accelerator (and warns without one)
@@ -514,6 +515,11 @@ class CORDConfig(TrainingArguments):
     def perturbation(self) -> OrderPerturbation:
         """The ordering sampler of this run (:func:`perturbation_for`)."""
         return perturbation_for(self.loss, self.gamma, self.alpha)
+
+    def get_warmup_steps(self, num_training_steps: int) -> int:
+        """Warm-up steps of the schedule: from ``warmup_ratio`` when set, else ``warmup_steps``."""
+        steps = warmup_steps_for(self, num_training_steps)
+        return super().get_warmup_steps(num_training_steps) if steps is None else steps
 
     def settings(self) -> dict[str, Any]:
         """Every setting as plain JSON values (what ``cord_settings.json`` holds)."""

@@ -70,7 +70,7 @@ from trl import GRPOConfig, GRPOTrainer
 from ragkit.paraphrase import ParaphraseSet
 from ragkit.similarity import get_similarity
 from ragkit.text import extract_answer
-from ragkit.training.config import apply_warmup_ratio, settings_dict
+from ragkit.training.config import check_warmup_ratio, settings_dict, warmup_steps_for
 from ragkit.training.rewards import (
     approx_group_similarity_rewards,
     gold_f1,
@@ -432,7 +432,8 @@ class PSGRPOConfig(GRPOConfig):
     stop_at_newline: bool = field(default=True, metadata=_help(
         "Rollouts stop at the end of the answer line, as evaluation's decoding does."))
     warmup_ratio: float = field(default=0.0, metadata=_help(
-        "Warm-up as a fraction of max_steps (mapped onto warmup_steps = ceil(ratio * max_steps))."))
+        "Warm-up as a fraction of the training steps: ceil(ratio * steps) steps (transformers 5 has no "
+        "warmup_ratio of its own)."))
     # -- GRPOConfig / TrainingArguments fields with PS-GRPO's explicit defaults
     output_dir: str | None = field(default=None, metadata=_help(
         "Run folder: checkpoints, final/ model, psgrpo_settings.json, psgrpo_summary.json (required)."))
@@ -443,7 +444,8 @@ class PSGRPOConfig(GRPOConfig):
     top_p: float = field(default=1.0, metadata=_help("Rollout nucleus sampling (1 = off)."))
     beta: float = field(default=0.04, metadata=_help("KL coefficient (k3 estimator) to the frozen reference."))
     epsilon: float = field(default=0.2, metadata=_help("PPO clip range (both sides unless epsilon_high is set)."))
-    epsilon_high: float | None = field(default=None, metadata=_help("Upper clip range (default: epsilon)."))
+    epsilon_high: float | None = field(default=None, metadata=_help(
+        "Upper clip range (default: epsilon, the symmetric GRPO clip)."))
     loss_type: str = field(default=GRPO_OPTIONS["loss_type"], metadata=_help(
         "TRL loss aggregation; PS-GRPO uses 'grpo' (per-sequence token mean)."))
     scale_rewards: str = field(default=GRPO_OPTIONS["scale_rewards"], metadata=_help(
@@ -517,18 +519,25 @@ class PSGRPOConfig(GRPOConfig):
             raise ValueError(
                 f"per_device_train_batch_size={self.per_device_train_batch_size} contradicts sets_per_batch * "
                 f"paraphrases * num_generations = {per_step}; leave it unset (it is derived) or change sets_per_batch")
-        if self.steps_per_generation is None and self.generation_batch_size is None:
+        if self.steps_per_generation is None:
             self.steps_per_generation = self.gradient_accumulation_steps
+        # generation_batch_size is derived (per-device batch * processes * steps_per_generation); a value
+        # carried over from an earlier build (dataclasses.replace, saved settings) is checked, not re-applied
+        wanted_generation_batch, self.generation_batch_size = self.generation_batch_size, None
         if self.epsilon_high is None:
-            self.epsilon_high = self.epsilon
+            self.epsilon_high = self.epsilon  # explicit symmetric clip (set epsilon_high for DAPO-style clipping)
         if self.gradient_checkpointing is None and self.activation_checkpointing is None:
             self.activation_checkpointing = bool(torch.cuda.is_available())  # memory on GPU, speed on CPU
         if self.disable_tqdm is None and os.environ.get("RAGKIT_NO_PROGRESS"):
             self.disable_tqdm = True
         if self.data_seed is None:
             self.data_seed = self.seed
-        apply_warmup_ratio(self)
+        check_warmup_ratio(self)
         super().__post_init__()
+        if wanted_generation_batch is not None and wanted_generation_batch != self.generation_batch_size:
+            raise ValueError(f"generation_batch_size={wanted_generation_batch} contradicts the derived "
+                             f"{self.generation_batch_size} (whole paraphrase sets per process and step); leave it "
+                             "unset and change sets_per_batch or gradient_accumulation_steps instead")
         if not torch.cuda.is_available():
             self.dataloader_pin_memory = False  # pinning needs an accelerator (and warns without one)
         self.validate()
@@ -560,6 +569,11 @@ class PSGRPOConfig(GRPOConfig):
         """Rollouts per wording (``num_generations``)."""
         return int(self.num_generations or 0)
 
+    def get_warmup_steps(self, num_training_steps: int) -> int:
+        """Warm-up steps of the schedule: from ``warmup_ratio`` when set, else ``warmup_steps``."""
+        steps = warmup_steps_for(self, num_training_steps)
+        return super().get_warmup_steps(num_training_steps) if steps is None else steps
+
     def settings(self) -> dict[str, Any]:
         """Every setting as plain JSON values (what ``psgrpo_settings.json`` holds)."""
         return settings_dict(self)
@@ -577,9 +591,12 @@ class PSGRPOTrainer(GRPOTrainer):
         The :class:`~ragkit.generation.Generator` whose template built the prompts; its prompt
         tokenisation (special tokens added unless the text already starts with BOS) is used for
         the rollouts (default: one wrapping the policy and ``processing_class``).
+    settings
+        The run's settings written into every checkpoint (default: ``args.settings()``).
     """
 
-    def __init__(self, *args: Any, generator: Generator | None = None, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, generator: Generator | None = None, settings: dict[str, Any] | None = None,
+                 **kwargs: Any) -> None:
         config = kwargs.get("args", args[2] if len(args) > 2 else None)
         if not isinstance(config, PSGRPOConfig):
             raise TypeError(f"PSGRPOTrainer needs a PSGRPOConfig as args, got {type(config).__name__}")
@@ -599,7 +616,7 @@ class PSGRPOTrainer(GRPOTrainer):
         self.generator = generator
         from ragkit.training.checkpoint import SettingsCallback
 
-        self.add_callback(SettingsCallback(config.settings()))
+        self.add_callback(SettingsCallback(config.settings() if settings is None else settings))
 
     def _get_train_sampler(self, dataset: Any = None) -> Sampler[int]:
         ds = self.train_dataset if dataset is None else dataset
@@ -616,7 +633,8 @@ class PSGRPOTrainer(GRPOTrainer):
 
 
 def make_trainer(model: Any, tokenizer: Any, dataset: Dataset, config: PSGRPOConfig,
-                 reward: ParaphraseSetReward, generator: Generator | None = None) -> PSGRPOTrainer:
+                 reward: ParaphraseSetReward, generator: Generator | None = None,
+                 settings: dict[str, Any] | None = None) -> PSGRPOTrainer:
     """Build the PS-GRPO trainer (LoRA through TRL's ``peft_config`` when ``config.lora_r > 0``)."""
     peft_config = None
     if config.lora_r:
@@ -624,7 +642,8 @@ def make_trainer(model: Any, tokenizer: Any, dataset: Dataset, config: PSGRPOCon
 
         peft_config = lora_config(config.lora_r, config.lora_alpha)
     return PSGRPOTrainer(model=model, reward_funcs=[reward], args=config, train_dataset=dataset,
-                         processing_class=tokenizer, peft_config=peft_config, generator=generator)
+                         processing_class=tokenizer, peft_config=peft_config, generator=generator,
+                         settings=settings)
 
 
 def build_training_sets(config: PSGRPOConfig, generator: Generator | None = None) -> list[ParaphraseSet]:
@@ -713,7 +732,7 @@ def train_psgrpo(
     reward = ParaphraseSetReward(sim=similarity or config.reward, kappa=config.kappa or None, s=config.s,
                                  gold_weight=config.gold_weight, seed=config.seed, stops=tuple(gen.template.stop))
     write_json(out / "psgrpo_settings.json", settings)
-    trainer = make_trainer(policy, tok, dataset, config, reward, generator=gen)
+    trainer = make_trainer(policy, tok, dataset, config, reward, generator=gen, settings=settings)
     t0 = time.perf_counter()
     result = trainer.train(resume_from_checkpoint=resume.checkpoint)
     wall = time.perf_counter() - t0
