@@ -68,10 +68,10 @@ def main() -> None:
 
     import torch
 
-    from ragkit.eval.consistency import paraphrase_sets
     from ragkit.datasets import load_hotpotqa
-    from ragkit.retrievers import BM25Retriever
+    from ragkit.eval.consistency import paraphrase_sets
     from ragkit.paraphrase import RuleParaphraser, build_paraphrase_sets
+    from ragkit.retrievers import BM25Retriever
     from ragkit.training.psgrpo import PSGRPOConfig, select_passages, train_psgrpo
 
     torch.set_num_threads(2)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from ragkit.training.checkpoint import CheckpointError, latest_checkpoint, resolve_resume
+from ragkit.training.checkpoint import latest_checkpoint, resolve_resume
 from ragkit.training.cord import (
     CORDCollator,
     CORDConfig,
@@ -99,7 +99,8 @@ def test_teacher_gets_no_gradient_student_does() -> None:
     # consistency (JS, no teacher): both orderings get gradient
     la3 = la.detach().clone().requires_grad_(True)
     lb3 = lb.detach().clone().requires_grad_(True)
-    pair_loss(torch.log_softmax(la3, -1), torch.log_softmax(lb3, -1), tgt, mask, loss="consistency").reg.sum().backward()
+    pair_loss(torch.log_softmax(la3, -1), torch.log_softmax(lb3, -1), tgt, mask,
+              loss="consistency").reg.sum().backward()
     assert torch.count_nonzero(la3.grad) > 0 and torch.count_nonzero(lb3.grad) > 0
 
 

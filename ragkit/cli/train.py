@@ -128,7 +128,8 @@ class ConfigParser(argparse.ArgumentParser):
             self.error(str(e))
         for key, value in values.items():
             # every option writing this field (e.g. --merge_lora and --no_merge_lora) gets the file's value
-            acts = [a for a in self._actions if a.dest == key and a.option_strings and a.default is not argparse.SUPPRESS]
+            acts = [a for a in self._actions
+                    if a.dest == key and a.option_strings and a.default is not argparse.SUPPRESS]
             if not acts:  # cannot happen for a dataclass field; be safe
                 self.error(f"{path}: setting {key!r} has no command-line option")
             for act in acts:

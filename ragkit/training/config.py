@@ -140,7 +140,7 @@ def warmup_steps_for(cfg: Any, num_training_steps: int) -> int | None:
 def _plain(v: Any) -> Any:
     if isinstance(v, (str, int, float, bool)) or v is None:
         return v
-    if hasattr(v, "value") and isinstance(getattr(v, "value"), (str, int)):  # enums
+    if hasattr(v, "value") and isinstance(v.value, (str, int)):  # enums
         return v.value
     if isinstance(v, Mapping):
         return {str(k): _plain(x) for k, x in v.items()}
@@ -165,8 +165,8 @@ def settings_diff(saved: Mapping[str, Any], current: Mapping[str, Any],
                   may_change: frozenset[str] = RESUME_MAY_CHANGE) -> dict[str, tuple[Any, Any]]:
     """``{name: (saved, current)}`` for every setting that differs, except those in ``may_change``.
 
-    A setting missing on one side (a ragkit version that added a field) counts as a difference
-    only when the other side is not its default-free ``None``.
+    A setting missing on one side (a version that added a field) reads as ``None`` there; numbers
+    compare with a relative tolerance of 1e-12 (JSON round trips).
     """
     diff: dict[str, tuple[Any, Any]] = {}
     for k in sorted(set(saved) | set(current)):

@@ -119,7 +119,8 @@ def select_passages(record: QARecord, max_passages: int | None) -> tuple[Passage
     return tuple(p for p in ps if p.id in keep)[: max(max_passages, len(gold & {p.id for p in ps}))]
 
 
-def load_training_records(path: str | os.PathLike[str], limit: int | None = None) -> list[QARecord] | list[ParaphraseSet]:
+def load_training_records(path: str | os.PathLike[str],
+                          limit: int | None = None) -> list[QARecord] | list[ParaphraseSet]:
     """Read a training file: HotpotQA JSONL, ragkit QA JSONL, or paraphrase-set JSONL.
 
     The format is detected from the first line: ``paraphrases`` -> :class:`ParaphraseSet`
@@ -322,7 +323,7 @@ class ParaphraseSetReward:
             by_set[str(sid)][int(m)].append(k)
         sims: list[float] = []
         incomplete = 0
-        for sid, mem in by_set.items():
+        for mem in by_set.values():
             members = sorted(mem)
             counts = {len(mem[m]) for m in members}
             positions = [mem[m] for m in members]
@@ -505,7 +506,8 @@ class PSGRPOConfig(GRPOConfig):
         if self.output_dir is None:
             raise ValueError("output_dir is required: pass --output_dir DIR (or set output_dir in --config)")
         if self.paraphrases < 2:
-            raise ValueError(f"paraphrases must be >= 2 (the original plus at least one rewrite), got {self.paraphrases}")
+            raise ValueError(f"paraphrases must be >= 2 (the original plus at least one rewrite), "
+                             f"got {self.paraphrases}")
         g = self.num_generations
         if g is None or g < 2:
             raise ValueError(f"GRPO needs num_generations >= 2 rollouts per wording (advantages are within-group), "
