@@ -18,6 +18,7 @@ Used to pick MoI's default design on training questions only (issue 20).
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import platform
@@ -63,6 +64,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-new-tokens", type=int, default=8)
     ap.add_argument("--model", default=None, help="generator (default: the embedded SmolLM2)")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "moi_designs_train-cpu.json"))
+    ap.add_argument("--resume", action=argparse.BooleanOptionalAction, default=True,
+                    help="keep the (design, outcome) rows already in --out for the same questions")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
 
@@ -83,44 +86,63 @@ def main(argv: list[str] | None = None) -> int:
     golds = [set(r.gold_ids) for r in recs]
     answers = [list(r.answers) for r in recs]
 
-    rows: list[dict[str, Any]] = []
+    def dump(rows: list[dict[str, Any]]) -> None:
+        write_json(args.out, {
+            "benchmark": "moi_designs", "data": os.path.relpath(args.data, ROOT), "n_questions": len(recs),
+            "question_ids": [r.id for r in recs], "k": args.k, "model": gen.name,
+            "template": gen.template.name, "passage_max_tokens": args.passage_max_tokens,
+            "label_free_outcome": label_free, "rows": rows,
+            "note": "seconds_per_q measured on a shared, loaded 2-core CPU at low priority: compare sequences_per_q",
+            "machine": {"platform": platform.platform(), "python": sys.version.split()[0], "cpus": os.cpu_count()},
+        })
+
     given = [rank_metrics([p.id for p in pl], g, args.k) for pl, g in zip(ps, golds)]
     given_mrr = np.array([m for m, _ in given])
-    rows.append({"design": "given_order", "outcome": None, "mrr@10": float(given_mrr.mean()),
-                 "recall@2": float(np.mean([r for _, r in given])), "sequences_per_q": 0.0, "seconds_per_q": 0.0,
-                 "fallback_rate": None, "per_question_mrr": given_mrr.tolist()})
+    rows: list[dict[str, Any]] = [{"design": "given_order", "outcome": None, "mrr@10": float(given_mrr.mean()),
+                                   "recall@2": float(np.mean([r for _, r in given])), "sequences_per_q": 0.0,
+                                   "seconds_per_q": 0.0, "fallback_rate": None,
+                                   "per_question_mrr": given_mrr.tolist()}]
+    done: set[tuple[str, str]] = set()
+    if args.resume and Path(args.out).is_file():
+        old = json.loads(Path(args.out).read_text())
+        if old.get("question_ids") == [r.id for r in recs] and old.get("passage_max_tokens") == args.passage_max_tokens:
+            rows = old["rows"]
+            done = {(r["design"], r["outcome"]) for r in rows if r["outcome"] is not None}
     print(f"{'design':<12} {'outcome':<12} {'MRR@10':>7} {'R@2':>6} {'seq/q':>6} {'s/q':>7} {'fallb':>6}"
-          "  dMRR [95% CI]")
-    print(f"{'given_order':<12} {'-':<12} {given_mrr.mean():7.3f} {np.mean([r for _, r in given]):6.3f}")
-    for outcome in args.outcomes.split(","):
-        oc = label_free if outcome == "label_free" else outcome
-        for spec in args.designs.split(","):
-            design, _, b = spec.partition("@")  # "ablate@auto", "cyclic@5": a budget after "@"
-            budget: int | str | None = None if not b else (b if b == "auto" else int(b))
+          "  dMRR [95% CI]   MRR(no fallback)")
+    for r in rows:
+        print(f"{r['design']:<12} {str(r['outcome']):<12} {r['mrr@10']:7.3f} {r['recall@2']:6.3f}")
+    for spec in args.designs.split(","):
+        design, _, b = spec.partition("@")  # "ablate@auto", "cyclic@5": a budget after "@"
+        budget: int | str | None = None if not b else (b if b == "auto" else int(b))
+        for outcome in args.outcomes.split(","):
+            oc = label_free if outcome == "label_free" else outcome
+            if (spec, oc) in done:
+                continue
             moi = MoI(gen, design=design, budget=budget, outcome=oc, max_new_tokens=args.max_new_tokens)
             t0 = time.perf_counter()
             res = moi.run_many(qs, ps, answers_list=answers if oc == "gold" else None, generate_answer=False)
             dt = time.perf_counter() - t0
             mets = [rank_metrics(r.ranking.ids(), g, args.k) for r, g in zip(res, golds)]
             mrr = np.array([m for m, _ in mets])
+            raw = [[ps[i][j].id for j in sorted(range(args.k), key=lambda j: (-float(r.raw_utilities[j]), j))]
+                   for i, r in enumerate(res)]
+            mrr_raw = np.array([rank_metrics(ids, g, args.k)[0] for ids, g in zip(raw, golds)])
             row = {"design": spec, "outcome": oc, "mrr@10": float(mrr.mean()),
                    "recall@2": float(np.mean([r for _, r in mets])),
                    "sequences_per_q": float(np.mean([r.generator_calls for r in res])),
                    "seconds_per_q": dt / len(res), "fallback_rate": float(np.mean([r.fallback for r in res])),
-                   "mrr_minus_given": paired_ci(mrr, given_mrr), "per_question_mrr": mrr.tolist()}
+                   "mrr_minus_given": paired_ci(mrr, given_mrr), "per_question_mrr": mrr.tolist(),
+                   "mrr@10_no_fallback": float(mrr_raw.mean()),
+                   "no_fallback_minus_given": paired_ci(mrr_raw, given_mrr),
+                   "mean_rounds": float(np.mean([r.rounds for r in res]))}
             rows.append(row)
             d = row["mrr_minus_given"]
             print(f"{spec:<12} {oc:<12} {row['mrr@10']:7.3f} {row['recall@2']:6.3f} {row['sequences_per_q']:6.1f} "
-                  f"{row['seconds_per_q']:7.2f} {row['fallback_rate']:6.2f}  {d[0]:+.3f} [{d[1]:+.3f}, {d[2]:+.3f}]",
-                  flush=True)
-            write_json(args.out, {
-                "benchmark": "moi_designs", "data": os.path.relpath(args.data, ROOT), "n_questions": len(recs),
-                "question_ids": [r.id for r in recs], "k": args.k, "model": gen.name,
-                "template": gen.template.name, "passage_max_tokens": args.passage_max_tokens,
-                "label_free_outcome": label_free, "rows": rows,
-                "machine": {"platform": platform.platform(), "python": sys.version.split()[0],
-                            "cpus": os.cpu_count()},
-            })
+                  f"{row['seconds_per_q']:7.2f} {row['fallback_rate']:6.2f}  {d[0]:+.3f} [{d[1]:+.3f}, {d[2]:+.3f}]"
+                  f"  {row['mrr@10_no_fallback']:.3f}", flush=True)
+            dump(rows)
+    dump(rows)
     print(f"wrote {args.out}")
     return 0
 

@@ -110,6 +110,8 @@ class MoIResult:
         Rounds of interventions run (``budget="auto"``; 1 otherwise).
     estimated_weights
         Slot weights estimated with ``u`` (``mixed`` design), else ``None``.
+    raw_utilities
+        The estimator's utilities before the blend and the fallback (diagnostics).
     """
 
     ranking: RankedList
@@ -127,6 +129,7 @@ class MoIResult:
     fit_stats: dict[str, float] = field(default_factory=dict)
     rounds: int = 1
     estimated_weights: np.ndarray | None = None
+    raw_utilities: np.ndarray | None = None
 
     def passages(self) -> list[Passage]:
         """Passages in the final prompt order."""
@@ -446,11 +449,12 @@ class MoI:
             if i in ranked:
                 o = outs[i]
                 u, fell_back, stats, fit, _ = ranked[i]
+                raw = np.asarray(fit.utilities)
                 vals, ans, tgt, calls = np.asarray(o.values), o.answers, o.target, o.generator_calls
                 est_w = fit.weights
             else:
                 u, vals, ans, tgt, calls = np.zeros(1), np.zeros(1), [], None, 0
-                fell_back, stats, est_w = False, {}, None
+                fell_back, stats, est_w, raw = False, {}, None, None
             rank_idx = sorted(range(k), key=lambda j: (-float(u[j]), j))
             ranking = RankedList.from_scores(p, np.asarray(u).tolist(), query=Query(text=qs[i]))
             order = place(rank_idx, self.placement, prof.weights)
@@ -458,7 +462,7 @@ class MoI:
                                      orderings=orderings[i], outcomes=vals, ordering_answers=list(ans),
                                      target=tgt, weights=prof.weights, generator_calls=int(calls),
                                      inputs=list(p), fallback=fell_back, fit_stats=dict(stats),
-                                     rounds=rounds[i], estimated_weights=est_w))
+                                     rounds=rounds[i], estimated_weights=est_w, raw_utilities=raw))
         if generate_answer:
             reused = [reusable_answer(r.orderings, r.ordering_answers, r.order) if self.reuse_cache else None
                       for r in results]
