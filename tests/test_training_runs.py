@@ -46,6 +46,10 @@ def test_misspelled_or_unknown_settings_are_errors_naming_them(tmp_path: Path) -
         CORDConfig()
     with pytest.raises(ValueError, match="not both"):
         CORDConfig(output_dir=str(tmp_path), warmup_ratio=0.1, warmup_steps=3)
+    with pytest.raises(ValueError, match="limit must be >= 1"):
+        CORDConfig(output_dir=str(tmp_path), limit=-1)  # not "all but the last record"
+    with pytest.raises(ValueError, match="limit must be >= 1"):
+        PSGRPOConfig(output_dir=str(tmp_path), limit=-1)
 
 
 def test_warmup_ratio_reaches_the_lr_schedule(tiny_lm_dir: Path, examples: list[Example], tmp_path: Path) -> None:
@@ -81,6 +85,9 @@ def test_run_folder_of_user_files_is_refused_before_any_work(tiny_lm_dir: Path, 
     with pytest.raises(FileExistsError, match="did not write"):
         train_cord(examples, _config(proj, tiny_lm_dir))
     assert sorted(p.name for p in proj.iterdir()) == ["corpus.jsonl"]
+    with pytest.raises(FileExistsError, match="is a file"):
+        train_cord(examples, _config(proj / "corpus.jsonl", tiny_lm_dir))
+    assert (proj / "corpus.jsonl").read_text() == "mine\n"
     run = tmp_path / "run"
     (run / "final").mkdir(parents=True)
     (run / "final" / "notes.txt").write_text("mine")

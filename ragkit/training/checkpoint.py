@@ -95,6 +95,8 @@ def prepare_run_dir(path: str | os.PathLike[str], kind: str, legacy_files: Seque
     (:func:`ragkit.io.check_writable_dir`), before any work.
     """
     d = Path(path)
+    if d.exists() and not d.is_dir():
+        raise FileExistsError(f"output_dir {d} is a file; pass a folder path (new, empty, or an earlier {kind})")
     legacy = d.is_dir() and artifact_kind(d) is None and any((d / f).is_file() for f in legacy_files)
     if not legacy:
         check_writable_dir(d, kind, overwrite=False)

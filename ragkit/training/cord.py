@@ -497,6 +497,10 @@ class CORDConfig(TrainingArguments):
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.max_steps < 1 and self.num_train_epochs <= 0:
             raise ValueError(f"max_steps must be >= 1 (or set num_train_epochs), got {self.max_steps}")
+        for name in ("limit", "k"):
+            v = getattr(self, name)
+            if v is not None and v < 1:
+                raise ValueError(f"{name} must be >= 1 (or unset for all), got {v}")
         if self.passage_max_tokens < 0:
             raise ValueError(f"passage_max_tokens must be >= 0 (0 = no cut), got {self.passage_max_tokens}")
         if self.learning_rate <= 0:

@@ -558,8 +558,10 @@ class PSGRPOConfig(GRPOConfig):
             raise ValueError("remove_unused_columns must be False for PS-GRPO (the reward reads set_id / member)")
         if self.lora_r < 0:
             raise ValueError(f"lora_r must be >= 0 (0 = full fine-tuning), got {self.lora_r}")
-        if self.limit is not None and self.limit < 1:
-            raise ValueError(f"limit must be >= 1, got {self.limit}")
+        for name in ("limit", "max_passages", "passage_max_tokens"):
+            v = getattr(self, name)
+            if v is not None and v < 1:
+                raise ValueError(f"{name} must be >= 1 (or unset for all), got {v}")
 
     @property
     def n(self) -> int:
