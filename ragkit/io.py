@@ -176,13 +176,22 @@ def read_jsonl(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     return out
 
 
-def read_appended_jsonl(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+def read_appended_jsonl(path: str | os.PathLike[str], with_lines: bool = False) -> list[Any]:
     """Read a JSONL file that ragkit appends to (resumable runs, labels, logs), repairing a torn tail.
 
-    A run killed during a write, or a full disk, can leave the last line incomplete. That line is
-    dropped: the file is truncated to the end of the last complete line (so the next append starts
-    on a clean line), a warning names the file and the dropped bytes, and the caller redoes the
-    work it recorded. A bad line anywhere else is real damage and raises ``ValueError`` naming it.
+    A run killed during a write, or a full disk, can leave the last line incomplete: it then lacks
+    its newline (``append_jsonl`` writes each row with its ``"\\n"``). Such a line is dropped: the
+    file is truncated to the end of the last complete line (so the next append starts on a clean
+    line), a warning names the file and the dropped bytes, and the caller redoes the work it
+    recorded. A bad newline-terminated line is real damage and raises ``ValueError`` naming it.
+
+    Parameters
+    ----------
+    path
+        The file; a missing file reads as no rows.
+    with_lines
+        Return ``(line_number, row)`` pairs instead of rows (for error messages of callers that
+        validate the rows).
     """
     import logging
 
@@ -192,38 +201,34 @@ def read_appended_jsonl(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     data = path.read_bytes()
     lines = data.split(b"\n")
     # ``lines[-1]`` is what follows the last newline: empty for a clean file, else an unterminated tail
-    out: list[dict[str, Any]] = []
-    good_end = 0
-    pos = 0
-    n = len(lines)
-    last = max((i for i, raw in enumerate(lines) if raw.strip()), default=-1)
-    for i, raw in enumerate(lines):
-        end = pos + len(raw) + (1 if i < n - 1 else 0)
+    body, tail = lines[:-1], lines[-1]
+    out: list[Any] = []
+    for i, raw in enumerate(body, 1):
         text = raw.strip()
-        if text:
-            try:
-                row = json.loads(text.decode("utf-8"))
-                if not isinstance(row, dict):
-                    raise ValueError("not a JSON object")
-            except (ValueError, UnicodeDecodeError) as e:
-                if i == last:
-                    logging.getLogger(__name__).warning(
-                        "%s: dropped a torn last line (%d bytes, left by an interrupted write); "
-                        "its work will be redone", path, len(data) - good_end)
-                    with open(path, "r+b") as f:
-                        f.truncate(good_end)
-                        f.flush()
-                        os.fsync(f.fileno())
-                    return out
-                raise ValueError(f"{path}:{i + 1}: not valid JSON ({e}); this is not a torn last line "
-                                 "but damage inside the file: fix or remove that line") from e
-            out.append(row)
-        if i < n - 1:
-            good_end = end
-        elif text:  # a complete JSON object without its newline: keep it, add the newline
-            with open(path, "ab") as f:
-                f.write(b"\n")
-        pos = end
+        if not text:
+            continue
+        try:
+            row = json.loads(text.decode("utf-8"))
+        except (ValueError, UnicodeDecodeError) as e:
+            raise ValueError(f"{path}:{i}: not valid JSON ({e}); this is damage inside the file, "
+                             "not a torn last line: fix or remove that line") from e
+        out.append((i, row) if with_lines else row)
+    if tail.strip():
+        try:
+            row = json.loads(tail.strip().decode("utf-8"))
+        except (ValueError, UnicodeDecodeError):
+            good_end = len(data) - len(tail)
+            logging.getLogger(__name__).warning(
+                "%s: dropped a torn last line (%d bytes, left by an interrupted write); its work will be redone",
+                path, len(tail))
+            with open(path, "r+b") as f:
+                f.truncate(good_end)
+                f.flush()
+                os.fsync(f.fileno())
+            return out
+        out.append((len(body) + 1, row) if with_lines else row)
+        with open(path, "ab") as f:  # a complete row that only lacked its newline: keep it, add one
+            f.write(b"\n")
     return out
 
 

@@ -226,14 +226,15 @@ def ranking_from_utilities(passage_ids: Sequence[str], u: Sequence[float]) -> tu
 
 
 # ----------------------------------------------------------------------------- file I/O
-def _parse_rows(path: Path, rows: Iterable[dict[str, Any]]) -> list[LabelRecord]:
+def _parse_rows(path: Path, rows: Iterable[tuple[int, Any]]) -> list[LabelRecord]:
+    """Label records from ``(line_number, row)`` pairs; errors name ``path:line``."""
     out: list[LabelRecord] = []
     seen: dict[str, int] = {}
-    for i, d in enumerate(rows, 1):
-        where = f"{path}: record {i}"
+    for i, d in rows:
+        where = f"{path}:{i}"
         rec = LabelRecord.from_dict(d, where)
         if rec.qid in seen:
-            raise ValueError(f"{where}: duplicate qid {rec.qid!r} (first at record {seen[rec.qid]}); remove one")
+            raise ValueError(f"{where}: duplicate qid {rec.qid!r} (first at line {seen[rec.qid]}); remove one")
         seen[rec.qid] = i
         out.append(rec)
     return out
@@ -254,7 +255,7 @@ def read_labels(path: str | os.PathLike[str]) -> list[LabelRecord]:
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"no such label file: {path}; make one with `ragkit distill labels`")
-    out = _parse_rows(path, read_appended_jsonl(path))
+    out = _parse_rows(path, read_appended_jsonl(path, with_lines=True))
     if not out:
         raise ValueError(f"{path} holds no labels; make some with `ragkit distill labels`")
     return out
@@ -267,7 +268,7 @@ def write_labels(path: str | os.PathLike[str], labels: Iterable[LabelRecord]) ->
 
 def _existing_qids(path: Path) -> set[str]:
     """Question ids already in a (possibly interrupted) label file; a torn last line is dropped."""
-    return {r.qid for r in _parse_rows(path, read_appended_jsonl(path))}
+    return {r.qid for r in _parse_rows(path, read_appended_jsonl(path, with_lines=True))}
 
 
 # ----------------------------------------------------------------------------- generation
