@@ -77,7 +77,7 @@ def test_config_file_and_command_line(tmp_path: Path, capsys: pytest.CaptureFixt
 
 
 def test_cli_lora_run_from_a_config_file_loads_back(tiny_lm_dir: Path, hotpot_dev_records: list[dict],
-                                                    tmp_path: Path) -> None:
+                                                    tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from ragkit.generation import Generator
 
     data = tmp_path / "train.jsonl"
@@ -87,9 +87,10 @@ def test_cli_lora_run_from_a_config_file_loads_back(tiny_lm_dir: Path, hotpot_de
     cfg.write_text(f"data_file: {data}\nmodel: {tiny_lm_dir}\nloss: cord\nlora: true\nlora_r: 4\n"
                    f"output_dir: {out}\nmax_steps: 5\nsave_steps: 1\npassage_max_tokens: 8\n")
     rc = main(["--quiet", "train", "cord", "--config", str(cfg), "--max-steps", "2", "--batch-size", "1",
-               "--out", str(tmp_path / "s.json")])
+               "--out", str(tmp_path / "s.json"), "--json"])
     assert rc == 0
     summary = json.loads((tmp_path / "s.json").read_text())
+    assert json.loads(capsys.readouterr().out)["global_step"] == 2  # stdout holds only the JSON (Trainer logs: stderr)
     assert summary["global_step"] == 2 and summary["settings"]["lora"] is True
     assert (out / "checkpoint-2" / "adapter_model.safetensors").exists()
     assert not (out / "final" / "adapter_config.json").exists()  # merged: a plain HF folder

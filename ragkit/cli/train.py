@@ -20,6 +20,7 @@ Older spellings (``--lr``, ``--batch-size``, ``--grad-accum``, ``--generations``
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import importlib
 import logging
@@ -195,7 +196,9 @@ def run_cord(args: argparse.Namespace) -> int:
     """Handler of ``ragkit train cord``."""
     from ragkit.training.cord import CORDConfig, train_cord
 
-    summary: dict[str, Any] = train_cord(None, _config_from_args(CORDConfig, args))
+    config = _config_from_args(CORDConfig, args)
+    with contextlib.redirect_stdout(sys.stderr):  # the Trainer prints its logs; stdout is for --json
+        summary: dict[str, Any] = train_cord(None, config)
     brief = {k: v for k, v in summary.items() if k != "log_history"}
     brief["last_log"] = next((h for h in reversed(summary.get("log_history", [])) if "loss" in h), None)
     emit(brief, args, _text(brief))
@@ -206,7 +209,9 @@ def run_psgrpo(args: argparse.Namespace) -> int:
     """Handler of ``ragkit train psgrpo``: build paraphrase sets, train, print the summary."""
     from ragkit.training.psgrpo import PSGRPOConfig, train_psgrpo
 
-    summary = dict(train_psgrpo(None, _config_from_args(PSGRPOConfig, args)))
+    config = _config_from_args(PSGRPOConfig, args)
+    with contextlib.redirect_stdout(sys.stderr):  # the Trainer prints its logs; stdout is for --json
+        summary = dict(train_psgrpo(None, config))
     summary.pop("history", None)
     emit(summary, args, _text(summary))
     return 0
