@@ -104,6 +104,38 @@ def _check_out(args: argparse.Namespace) -> None:
         raise RagkitError(f"--out {out} is a folder; pass a file path, e.g. --out {os.path.join(out, 'result.json')}")
 
 
+_LOCKED_COMMANDS = ("index", "eval", "distill", "train", "bias-profile")
+"""Commands whose outputs take long to make: a second run writing the same output stops at once."""
+
+
+def _lock_targets(args: argparse.Namespace) -> list[str]:
+    """The outputs of a long-running command, locked for the run (:func:`ragkit.io.exclusive_lock`).
+
+    ``--out`` (``ragkit eval``: its default report too) and a training run's ``--output_dir``.
+    """
+    if getattr(args, "command", None) not in _LOCKED_COMMANDS:
+        return []
+    out = getattr(args, "out", None)
+    if out is None and args.command == "eval" and getattr(args, "eval_command", None) is None:
+        from ragkit.eval.runner import DEFAULT_REPORT
+
+        out = DEFAULT_REPORT
+    targets = [str(t) for t in (out, getattr(args, "output_dir", None)) if t]
+    return list(dict.fromkeys(os.path.abspath(t) for t in targets))
+
+
+def _run_locked(func: Any, args: argparse.Namespace) -> Any:
+    """Run ``func(args)`` holding the lock of every output it writes (two runs never race on one)."""
+    from contextlib import ExitStack
+
+    from ragkit.io import exclusive_lock
+
+    with ExitStack() as stack:
+        for target in _lock_targets(args):
+            stack.enter_context(exclusive_lock(target, what=f"output of `ragkit {args.command}`"))
+        return func(args)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``ragkit`` console script (and ``python -m ragkit.cli``)."""
     parser = build_parser()
@@ -127,7 +159,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         _check_out(args)
         _check_device(args)
-        rc = func(args)
+        rc = _run_locked(func, args)
     except KeyboardInterrupt:
         print("ragkit: interrupted", file=sys.stderr)
         return 130
