@@ -30,9 +30,10 @@ How it maps onto TRL 1.16.0
 * One dataset row per (set, wording): columns ``prompt`` (the Generator template with the
   wording and its passages), ``set_id``, ``member``, ``answers``. TRL passes the extra columns
   to reward functions as keyword lists aligned with the completions.
-* Prompts are tokenised by the Generator that evaluation uses (:class:`PSGRPOTrainer` overrides
-  ``_tokenize_prompts``): a chat-templated prompt already starts with BOS, and TRL's own
-  ``tokenizer(text=prompts)`` would add a second one on Llama / Gemma / Mistral tokenizers.
+* Prompts are tokenised as evaluation tokenises them (:class:`PSGRPOTrainer` overrides
+  ``_tokenize_prompts`` with :func:`ragkit.generation.fitting.encode_prompts`): a chat-templated
+  prompt already starts with BOS, and TRL's own ``tokenizer(text=prompts)`` would add a second
+  one on Llama / Gemma / Mistral tokenizers.
 * :class:`ParaphraseSetSampler` replaces TRL's ``RepeatSampler`` (``_get_train_sampler``): it
   shuffles *sets*, never rows, and yields each wording ``g`` times in a row, so every set's
   ``n * g`` rollouts are in the same generation batch (and, on several processes, on the same
@@ -67,6 +68,7 @@ import torch
 from torch.utils.data import Sampler
 from trl import GRPOConfig, GRPOTrainer
 
+from ragkit.generation.fitting import encode_prompts
 from ragkit.paraphrase import ParaphraseSet
 from ragkit.similarity import get_similarity
 from ragkit.text import extract_answer
@@ -591,16 +593,11 @@ class PSGRPOTrainer(GRPOTrainer):
     ----------
     *args, **kwargs
         Those of ``trl.GRPOTrainer``; ``args`` must be a :class:`PSGRPOConfig`.
-    generator
-        The :class:`~ragkit.generation.Generator` whose template built the prompts; its prompt
-        tokenisation (special tokens added unless the text already starts with BOS) is used for
-        the rollouts (default: one wrapping the policy and ``processing_class``).
     settings
         The run's settings written into every checkpoint (default: ``args.settings()``).
     """
 
-    def __init__(self, *args: Any, generator: Generator | None = None, settings: dict[str, Any] | None = None,
-                 **kwargs: Any) -> None:
+    def __init__(self, *args: Any, settings: dict[str, Any] | None = None, **kwargs: Any) -> None:
         config = kwargs.get("args", args[2] if len(args) > 2 else None)
         if not isinstance(config, PSGRPOConfig):
             raise TypeError(f"PSGRPOTrainer needs a PSGRPOConfig as args, got {type(config).__name__}")
@@ -612,12 +609,6 @@ class PSGRPOTrainer(GRPOTrainer):
                 f"per-process generation batch {local} is not a multiple of n*g = {n * g}: a paraphrase set "
                 "would be split across processes; change sets_per_batch or the number of processes")
         super().__init__(*args, **kwargs)
-        if generator is None:
-            from ragkit.generation import Generator
-
-            model = self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model
-            generator = Generator.from_components(model, self.processing_class, show_progress=False)
-        self.generator = generator
         from ragkit.training.checkpoint import SettingsCallback
 
         self.add_callback(SettingsCallback(config.settings() if settings is None else settings))
@@ -631,14 +622,16 @@ class PSGRPOTrainer(GRPOTrainer):
             shuffle=self.shuffle_dataset, seed=self.args.seed)
 
     def _tokenize_prompts(self, prompts: list[Any]) -> tuple[list[list[int]], Any, dict[str, Any]]:
+        """Text prompts are tokenised by :func:`ragkit.generation.fitting.encode_prompts`, the function
+        evaluation's decoding uses (BOS added unless the text already starts with it); TRL's own
+        ``tokenizer(text=prompts)`` would add a second BOS to a chat-templated prompt."""
         if prompts and all(isinstance(p, str) for p in prompts):
-            return self.generator._encode_prompts(list(prompts)), None, {}
+            return encode_prompts(self.processing_class, list(prompts)), None, {}
         return super()._tokenize_prompts(prompts)
 
 
 def make_trainer(model: Any, tokenizer: Any, dataset: Dataset, config: PSGRPOConfig,
-                 reward: ParaphraseSetReward, generator: Generator | None = None,
-                 settings: dict[str, Any] | None = None) -> PSGRPOTrainer:
+                 reward: ParaphraseSetReward, settings: dict[str, Any] | None = None) -> PSGRPOTrainer:
     """Build the PS-GRPO trainer (LoRA through TRL's ``peft_config`` when ``config.lora_r > 0``)."""
     peft_config = None
     if config.lora_r:
@@ -646,8 +639,7 @@ def make_trainer(model: Any, tokenizer: Any, dataset: Dataset, config: PSGRPOCon
 
         peft_config = lora_config(config.lora_r, config.lora_alpha)
     return PSGRPOTrainer(model=model, reward_funcs=[reward], args=config, train_dataset=dataset,
-                         processing_class=tokenizer, peft_config=peft_config, generator=generator,
-                         settings=settings)
+                         processing_class=tokenizer, peft_config=peft_config, settings=settings)
 
 
 def build_training_sets(config: PSGRPOConfig, generator: Generator | None = None) -> list[ParaphraseSet]:
@@ -736,7 +728,7 @@ def train_psgrpo(
     reward = ParaphraseSetReward(sim=similarity or config.reward, kappa=config.kappa or None, s=config.s,
                                  gold_weight=config.gold_weight, seed=config.seed, stops=tuple(gen.template.stop))
     write_json(out / "psgrpo_settings.json", settings)
-    trainer = make_trainer(policy, tok, dataset, config, reward, generator=gen, settings=settings)
+    trainer = make_trainer(policy, tok, dataset, config, reward, settings=settings)
     t0 = time.perf_counter()
     result = trainer.train(resume_from_checkpoint=resume.checkpoint)
     wall = time.perf_counter() - t0
