@@ -107,3 +107,28 @@ def test_cli_lora_run_from_a_config_file_loads_back(tiny_lm_dir: Path, hotpot_de
     rc = main(["--quiet", "train", "cord", "--config", str(cfg), "--max-steps", "2", "--batch-size", "1",
                "--loss", "ce", "--resume"])
     assert rc == 1
+
+
+@pytest.mark.slow
+def test_accelerate_launch_runs_the_same_config(tiny_lm_dir: Path, hotpot_dev_records: list[dict],
+                                                tmp_path: Path) -> None:
+    """``accelerate launch -m ragkit.cli train cord --config run.yaml`` (one CPU process) trains and saves."""
+    import os
+    import shutil
+    import subprocess
+
+    if shutil.which("accelerate") is None:
+        pytest.skip("accelerate's launcher is not installed (pip install accelerate)")
+    data = tmp_path / "train.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in hotpot_dev_records[:2]), encoding="utf-8")
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text(f"data_file: {data}\nmodel: {tiny_lm_dir}\noutput_dir: {tmp_path / 'run'}\nmax_steps: 1\n"
+                   "per_device_train_batch_size: 1\npassage_max_tokens: 8\n")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONPATH": str(Path.cwd())}
+    cmd = ["accelerate", "launch", "--cpu", "--num_processes", "1", "--num_machines", "1", "--mixed_precision",
+           "no", "--dynamo_backend", "no", "-m", "ragkit.cli", "--quiet", "train", "cord", "--config", str(cfg),
+           "--out", str(tmp_path / "s.json")]
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert json.loads((tmp_path / "s.json").read_text())["global_step"] == 1
+    assert (tmp_path / "run" / "final" / "model.safetensors").exists()
