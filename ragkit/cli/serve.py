@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import inspect
 import logging
 import os
 from typing import Any
@@ -14,40 +13,23 @@ logger = logging.getLogger(__name__)
 
 
 def build_reranker(spec: str, model: str | None = None, device: str = "auto") -> Any:
-    """A reranker from a spec: ``moi``, ``student:DIR`` or ``cross-encoder:NAME``.
+    """A reranker from a spec through :func:`ragkit.debias.get_reranker`.
 
-    ``moi`` runs Mixture-of-Intervention on the generator ``model`` (a local model, or an
-    OpenAI-compatible server URL such as ``http://HOST:PORT/v1`` through
-    :func:`ragkit.generation.load_generator`).
+    ``moi`` (and the other MoI presets) run on the generator ``model``: a local model, or an
+    OpenAI-compatible server URL such as ``http://HOST:PORT/v1`` (through
+    :func:`ragkit.generation.load_generator`); ``student:DIR`` and ``cross-encoder:NAME`` load
+    an encoder on ``device``.
     """
-    kind, _, arg = spec.partition(":")
-    if kind not in ("moi", "student", "cross-encoder"):
-        raise ValueError(f"unknown --reranker {spec!r}; use moi, student:DIR or cross-encoder:NAME")
-    if kind != "moi" and not arg:
-        raise ValueError(f"--reranker {spec!r} names no model; write {kind}:PATH_OR_HUB_ID")
-    try:
-        from ragkit.debias import get_reranker  # the shared factory
-    except ImportError:
-        get_reranker = None
-    if kind == "moi":
-        from ragkit.generation.loading import load_generator
+    from ragkit.debias import get_reranker
 
-        gen = load_generator(model, device=device)
-        if get_reranker is not None and "generator" in inspect.signature(get_reranker).parameters:
-            return get_reranker(spec, generator=gen)
-        from ragkit.debias.reranker import MoIReranker
+    kind = spec.partition(":")[0]
+    if kind.startswith("moi"):
+        from ragkit.generation import load_generator
 
-        return MoIReranker(gen)
-    if get_reranker is not None:
-        params = inspect.signature(get_reranker).parameters
-        return get_reranker(spec, device=device) if "device" in params else get_reranker(spec)
-    if kind == "student":  # pragma: no cover - before the factory lands
-        from ragkit.training.distill import DistilledReranker
-
-        return DistilledReranker.load(arg, device=device)
-    from ragkit.training.distill import DistilledReranker  # pragma: no cover
-
-    return DistilledReranker.from_pretrained(arg, device=device)
+        return get_reranker(spec, generator=load_generator(model, device=device))
+    if kind in ("student", "cross-encoder"):
+        return get_reranker(spec, device=device)
+    return get_reranker(spec)
 
 
 def _serve(args: argparse.Namespace) -> int:

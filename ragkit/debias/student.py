@@ -23,7 +23,7 @@ from ragkit.io import atomic_dir
 if TYPE_CHECKING:  # pragma: no cover
     from sentence_transformers import CrossEncoder
 
-__all__ = ["DistilledReranker", "META_FILE"]
+__all__ = ["DistilledReranker", "META_FILE", "model_card"]
 
 logger = logging.getLogger(__name__)
 
@@ -107,11 +107,34 @@ class DistilledReranker(CrossEncoderReranker):
 
     @classmethod
     def from_pretrained(
-        cls, name_or_path: str, *, device: str = "auto", batch_size: int = 64, max_length: int | None = None
+        cls, name_or_path: str | os.PathLike[str], *, device: str = "auto", batch_size: int = 64,
+        max_length: int | None = None,
     ) -> DistilledReranker:
-        """Wrap any existing one-output cross-encoder (hub id or folder) without training."""
-        plain = CrossEncoderReranker.from_pretrained(name_or_path, device=device, max_length=max_length)
-        return cls(plain.model, {"base_model": name_or_path}, batch_size=batch_size)
+        """A student from a local folder or a Hugging Face Hub id, or any one-output cross-encoder.
+
+        A folder written by :meth:`save_pretrained` (it holds ``ragkit_distill.json``) loads with its
+        training metadata (:meth:`load`); so does a hub repository made by :meth:`push_to_hub`.
+        Anything else that ``sentence_transformers.CrossEncoder`` loads is wrapped as is.
+        """
+        p = Path(name_or_path)
+        if p.is_dir() and (p / META_FILE).exists():
+            student = cls.load(p, device=device, batch_size=batch_size)
+            if max_length is not None:
+                student.model.max_length = max_length
+            return student
+        meta: dict[str, Any] = {"base_model": str(name_or_path)}
+        if not p.exists():  # a hub id: its ragkit metadata, when the repository has some
+            try:
+                from huggingface_hub import hf_hub_download
+
+                raw = json.loads(Path(hf_hub_download(str(name_or_path), META_FILE)).read_text(encoding="utf-8"))
+                if raw.get("format") == _META_FORMAT:
+                    meta = dict(raw.get("metadata", {}))
+            except Exception as e:  # noqa: BLE001 - no metadata file (or offline): a plain cross-encoder
+                logger.info("%s has no readable %s (%s); loading it as a plain cross-encoder", name_or_path,
+                            META_FILE, type(e).__name__)
+        plain = CrossEncoderReranker.from_pretrained(str(name_or_path), device=device, max_length=max_length)
+        return cls(plain.model, meta, batch_size=batch_size)
 
     @classmethod
     def load(cls, path: str | os.PathLike[str], *, device: str = "auto", batch_size: int = 64) -> DistilledReranker:
@@ -141,9 +164,14 @@ class DistilledReranker(CrossEncoderReranker):
                              local_files_only=True)
         return cls(model, meta.get("metadata", {}), batch_size=batch_size)
 
-    def save(self, path: str | os.PathLike[str], overwrite: bool = False) -> Path:
-        """Save weights (safetensors), tokenizer, config and ``ragkit_distill.json`` atomically.
+    def save_pretrained(self, path: str | os.PathLike[str], overwrite: bool = False,
+                        card: bool = True) -> Path:
+        """Save the student as a Hugging Face cross-encoder folder, atomically.
 
+        The folder holds the weights (safetensors), config and tokenizer, ``ragkit_distill.json``
+        (the training metadata) and, with ``card``, a generated model card ``README.md`` (teacher,
+        labels, data, training, metrics). ``sentence_transformers.CrossEncoder(path)``,
+        :meth:`from_pretrained` and ``ragkit serve --reranker student:PATH`` all load it.
         Replaces only a previous distilled reranker (or, with ``overwrite``, another ragkit artifact
         or a file); never a folder of other files (:func:`ragkit.io.check_writable_dir`).
         """
@@ -153,5 +181,89 @@ class DistilledReranker(CrossEncoderReranker):
             meta = {"format": _META_FORMAT, "metadata": self.metadata}
             (tmp / META_FILE).write_text(json.dumps(meta, indent=2, ensure_ascii=False, default=str),
                                          encoding="utf-8")
+            if card:
+                (tmp / "README.md").write_text(model_card(self.metadata, out.name), encoding="utf-8")
         logger.info("saved distilled reranker to %s", out)
         return out
+
+    def save(self, path: str | os.PathLike[str], overwrite: bool = False) -> Path:
+        """:meth:`save_pretrained` (kept for the name ``ragkit distill`` has always used)."""
+        return self.save_pretrained(path, overwrite=overwrite)
+
+    def push_to_hub(self, repo_id: str, *, private: bool | None = None, token: str | None = None,
+                    commit_message: str = "Upload ragkit distilled reranker") -> str:
+        """Upload the :meth:`save_pretrained` folder (weights, metadata, model card) to the Hub.
+
+        Creates ``repo_id`` when missing; returns the URL of the commit. Needs network access and a
+        token (``token`` or ``huggingface-cli login``).
+        """
+        import tempfile
+
+        from huggingface_hub import HfApi
+        from huggingface_hub.constants import HF_HUB_OFFLINE
+
+        if HF_HUB_OFFLINE:
+            raise RuntimeError("push_to_hub needs the network but HF_HUB_OFFLINE is set; unset it (and log in "
+                               "with `huggingface-cli login`) to upload")
+        api = HfApi(token=token)
+        api.create_repo(repo_id, private=private, exist_ok=True, repo_type="model")
+        with tempfile.TemporaryDirectory(prefix="ragkit-push-") as d:
+            folder = self.save_pretrained(Path(d) / repo_id.split("/")[-1])
+            info = api.upload_folder(repo_id=repo_id, folder_path=str(folder), commit_message=commit_message)
+        return str(getattr(info, "commit_url", info))
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    if isinstance(v, (list, tuple)):
+        return ", ".join(map(str, v)) if v else "-"
+    return "-" if v is None or v == "" else str(v)
+
+
+def model_card(metadata: Mapping[str, Any], name: str = "ragkit-student") -> str:
+    """A Hugging Face model card (``README.md``) for a distilled reranker from its training metadata.
+
+    States the teacher (Mixture-of-Intervention, Lee et al., NAACL Findings 2025, arXiv 2412.10684,
+    with the label generators and sources), the labels and data, the training settings and any
+    ``metadata["metrics"]``, and how to load and serve the folder.
+    """
+    m = dict(metadata)
+    base = str(m.get("base_model") or "all-MiniLM-L6-v2")
+    front = ["---", "library_name: sentence-transformers", "pipeline_tag: text-ranking", "tags:", "- ragkit",
+             "- cross-encoder", "- reranker", "- distillation", "- mixture-of-intervention"]
+    if "/" in base and not Path(base).exists():  # a hub id
+        front.append(f"base_model: {base}")
+    front.append("---")
+    rows = [("base encoder", base), ("loss", m.get("loss")), ("epochs", m.get("epochs")),
+            ("batch size", m.get("batch_size")), ("learning rate", m.get("lr")),
+            ("label temperature", m.get("temperature")), ("max pair length (tokens)", m.get("max_length")),
+            ("seed", m.get("seed")), ("training seconds", m.get("train_seconds")),
+            ("ranking loss before -> after", f"{_fmt(m.get('initial_loss'))} -> {_fmt(m.get('final_loss'))}")]
+    metrics = m.get("metrics") if isinstance(m.get("metrics"), Mapping) else {}
+    metric_lines = (["| metric | value |", "|---|---|", *[f"| {k} | {_fmt(v)} |" for k, v in metrics.items()]]
+                    if metrics else ["No held-out metrics were recorded with this model (ragkit's "
+                                     "`benchmarks/distill.py` measures MRR, recall and answer F1)."])
+    lines = [
+        *front, "", f"# {name}", "",
+        "A one-pass cross-encoder reranker distilled from **Mixture-of-Intervention (MoI)** (Lee et al., "
+        "\"Inference Scaling for Bridging Retrieval and Augmented Generation\", NAACL Findings 2025, "
+        "arXiv 2412.10684) with ragkit. It scores each (question, passage) pair once; higher is better "
+        "(a raw logit, no activation).", "",
+        "## Teacher and labels", "",
+        f"- teacher: MoI utilities computed with the generator(s) {_fmt(m.get('label_generators'))}",
+        f"- label sources (MoI design / outcome): {_fmt(m.get('label_sources'))}",
+        f"- label file: {_fmt(m.get('labels') or m.get('label_file'))}",
+        f"- training questions: {_fmt(m.get('num_queries'))}", "",
+        "## Training", "", "| setting | value |", "|---|---|", *[f"| {k} | {_fmt(v)} |" for k, v in rows], "",
+        "## Metrics", "", *metric_lines, "",
+        "## Use", "", "```python", "from sentence_transformers import CrossEncoder", "",
+        f'model = CrossEncoder("{name}")  # this folder or hub id',
+        'scores = model.predict([("Who wrote Hamlet?", "Hamlet is a play by Shakespeare.")])', "",
+        "from ragkit.debias import DistilledReranker", "",
+        f'reranker = DistilledReranker.from_pretrained("{name}")',
+        'reranker.rank("Who wrote Hamlet?", ["Hamlet is a play by Shakespeare.", "Paris is in France."])',
+        "```", "", "Serve it with Cohere- and TEI-compatible endpoints (`/v1/rerank`, `/rerank`):", "",
+        "```bash", f"ragkit serve --reranker student:{name} --port 8080", "```", "",
+    ]
+    return "\n".join(lines)

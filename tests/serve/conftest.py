@@ -16,18 +16,12 @@ pytest.importorskip("uvicorn", reason="the serve extra is not installed: pip ins
 pytest.importorskip("prometheus_client", reason="the serve extra is not installed: pip install 'ragkit[serve]'")
 
 
-def student_class() -> Any:
-    try:
-        from ragkit.debias.student import DistilledReranker
-    except ImportError:  # before the move to ragkit.debias
-        from ragkit.training.distill import DistilledReranker
-    return DistilledReranker
-
-
 @pytest.fixture(scope="session")
 def tiny_reranker(tiny_encoder_dir: Path) -> Any:
     """A tiny random one-output cross-encoder (2-layer BERT, hidden 32) as a ragkit reranker."""
-    return student_class().from_base(str(tiny_encoder_dir), device="cpu", max_length=64, seed=0, batch_size=64)
+    from ragkit.debias.student import DistilledReranker
+
+    return DistilledReranker.from_base(str(tiny_encoder_dir), device="cpu", max_length=64, seed=0, batch_size=64)
 
 
 class LiveServer:
