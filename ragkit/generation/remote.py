@@ -166,6 +166,8 @@ class RemoteGenerator:
         self.passage_max_tokens = passage_max_tokens
         self._lock = threading.Lock()
         self._per_request = self.batch_size
+        self._lists_ok = False
+        self._probed = False
         info = self._models() if model is None or max_length is None else {}
         if model is None:
             ids = [m.get("id") for m in info.get("data", []) if isinstance(m, dict) and m.get("id")]
@@ -223,12 +225,14 @@ class RemoteGenerator:
             ) from e
 
     # ------------------------------------------------------------------ HTTP
-    def _request(self, method: str, path: str, payload: dict[str, Any] | None = None) -> dict[str, Any]:
+    def _request(self, method: str, path: str, payload: dict[str, Any] | None = None,
+                 retries: int | None = None) -> dict[str, Any]:
         """One call with retries on connection errors, 408, 429 and 5xx (exponential back-off)."""
         import httpx
 
         last: str = ""
-        for attempt in range(self.max_retries + 1):
+        max_retries = self.max_retries if retries is None else retries
+        for attempt in range(max_retries + 1):
             try:
                 r = self._client.request(method, path, json=payload)
             except httpx.TransportError as e:
@@ -245,14 +249,14 @@ class RemoteGenerator:
                     raise RemoteServerError(f"{method} {self.base_url}{path} failed with {last}")
                 ra = r.headers.get("retry-after", "")
                 wait = float(ra) if ra.replace(".", "", 1).isdigit() else self.backoff * 2 ** attempt
-            if attempt < self.max_retries:
+            if attempt < max_retries:
                 logger.warning("%s %s%s failed (%s); retry %d/%d in %.1f s", method, self.base_url, path, last,
-                               attempt + 1, self.max_retries, wait)
+                               attempt + 1, max_retries, wait)
                 time.sleep(wait)
-        raise RemoteServerError(f"{method} {self.base_url}{path} failed after {self.max_retries + 1} tries: {last}")
+        raise RemoteServerError(f"{method} {self.base_url}{path} failed after {max_retries + 1} tries: {last}")
 
     def _complete(self, prompts: list[Any], desc: str, per_prompt: list[dict[str, Any]] | None = None,
-                  **params: Any) -> list[dict[str, Any]]:
+                  retries: int | None = None, **params: Any) -> list[dict[str, Any]]:
         """``/completions`` for many prompts: chunks of ``batch_size`` prompts, ``concurrency`` in flight.
 
         ``per_prompt`` (one dict per prompt) adds request fields of each prompt's own (then one
@@ -261,10 +265,10 @@ class RemoteGenerator:
         n = int(params.get("n", 1))
         out: list[list[dict[str, Any]]] = [[] for _ in prompts]
 
-        def run(idx: list[int]) -> None:
+        def run(idx: list[int], retries: int | None = None) -> None:
             payload = {"model": self.name, "prompt": [prompts[i] for i in idx] if len(idx) > 1 else prompts[idx[0]],
                        **params, **(per_prompt[idx[0]] if per_prompt is not None else {})}
-            body = self._request("POST", "/completions", payload)
+            body = self._request("POST", "/completions", payload, retries=retries)
             choices = body.get("choices")
             if not isinstance(choices, list) or len(choices) != n * len(idx):
                 got = len(choices) if isinstance(choices, list) else 0
@@ -281,20 +285,21 @@ class RemoteGenerator:
             return [list(range(s, min(len(prompts), s + k))) for s in range(0, len(prompts), k)]
 
         todo = chunks()
-        if todo and len(todo[0]) > 1:
+        if todo and len(todo[0]) > 1 and not self._lists_ok:
             try:
-                run(todo[0])  # probe: does the server take a list of prompts?
+                run(todo[0], retries=0)  # probe: does the server take a list of prompts?
+                self._lists_ok = True
             except (_OnePromptOnly, RemoteServerError) as e:
-                if isinstance(e, RemoteServerError) and "HTTP 4" not in str(e):
-                    raise
-                logger.warning("%s takes one prompt per request; sending prompts one by one", self.base_url)
+                run(todo[0][:1])  # an error here is not about lists: the server fails on one prompt too
+                logger.warning("%s takes one prompt per request (%s); sending prompts one by one", self.base_url,
+                               str(e)[:120] or type(e).__name__)
                 with self._lock:
                     self._per_request = 1
-                todo = chunks()
+                todo = chunks()[1:]
             else:
                 todo = todo[1:]
         with ThreadPoolExecutor(max_workers=self.concurrency) as ex:
-            futures = [ex.submit(run, idx) for idx in todo]
+            futures = [ex.submit(run, idx, retries) for idx in todo]
             for f in progress(futures, show=self.show_progress, desc=desc, leave=False):
                 f.result()
         return [c for cs in out for c in cs]
@@ -341,6 +346,7 @@ class RemoteGenerator:
                                  f"{self.max_length}: build prompts with build_prompt() or set passage_max_tokens")
         if self.score_mode != "forced":
             try:
+                self._probe_echo()
                 return self._score_echo(prompts, texts, p_ids, a_ids)
             except _MisalignedEcho as e:
                 if self.score_mode == "echo":
@@ -349,25 +355,43 @@ class RemoteGenerator:
                 self.score_mode = "forced"
         return self._score_forced(prompts, texts)
 
+    def _probe_echo(self) -> None:
+        """Once: a short echo request settles the prompt format and catches a misaligned echo cheaply."""
+        if self._probed:
+            return
+        prompt, answer = "Question: Which city is the capital of France?\nAnswer:", " Paris"
+        p_ids, a_ids = encode_answers(self.tokenizer, [prompt], [answer])
+        self._score_echo([prompt], [answer], p_ids, a_ids)
+        self._probed = True
+
     def _score_echo(self, prompts: list[str], texts: list[str], p_ids: list[list[int]],
                     a_ids: list[list[int]]) -> ScoreResult:
+        """Echo scoring; the first prompt goes alone and probes the server (token ids taken? echo aligned?)."""
         params = {"max_tokens": 1, "temperature": 0.0, "echo": True, "logprobs": 1}
-        if self.prompt_format in ("auto", "tokens"):
+
+        def run(idx: list[int], retries: int | None = None) -> list[np.ndarray]:
+            if self.prompt_format == "text":
+                choices = self._complete([prompts[i] + texts[i] for i in idx], "score (remote)", retries=retries,
+                                         **params)
+                return [self._answer_logprobs_by_offset(c, len(prompts[i]), len(prompts[i]) + len(texts[i]), i)
+                        for c, i in zip(choices, idx)]
+            choices = self._complete([p_ids[i] + a_ids[i] for i in idx], "score (remote)", retries=retries, **params)
+            return [self._answer_logprobs_by_count(c, len(p_ids[i]), len(a_ids[i]), i) for c, i in zip(choices, idx)]
+
+        if self.prompt_format == "auto":
+            self.prompt_format = "tokens"
             try:
-                choices = self._complete([p + a for p, a in zip(p_ids, a_ids)], "score (remote)", **params)
-                return ScoreResult.from_token_logprobs(
-                    [self._answer_logprobs_by_count(c, len(p), len(a), i)
-                     for i, (c, p, a) in enumerate(zip(choices, p_ids, a_ids))])
+                first = run([0], retries=0)
+            except _MisalignedEcho:
+                raise
             except RemoteServerError as e:
-                if self.prompt_format == "tokens" or "HTTP 4" not in str(e):
-                    raise
                 logger.warning("%s refuses token-id prompts (%s); sending text prompts from now on",
                                self.base_url, str(e)[:200])
                 self.prompt_format = "text"
-        choices = self._complete([p + a for p, a in zip(prompts, texts)], "score (remote)", **params)
-        return ScoreResult.from_token_logprobs(
-            [self._answer_logprobs_by_offset(c, len(p), len(p) + len(a), i)
-             for i, (c, p, a) in enumerate(zip(choices, prompts, texts))])
+                first = run([0])
+        else:
+            first = run([0])
+        return ScoreResult.from_token_logprobs(first + (run(list(range(1, len(prompts)))) if len(prompts) > 1 else []))
 
     def _score_forced(self, prompts: list[str], texts: list[str]) -> ScoreResult:
         """Answer log-probs as generated-token log-probs under a grammar that admits only the answer."""

@@ -139,7 +139,7 @@ def test_remote_scores_equal_local(local: Generator, tiny_lm_dir: Path, live_ser
     qs, ps, ans = ["capital of France?", "magazine?"], [PASSAGES, PASSAGES[1:]], ["Paris", ["Arthur", "Fox"]]
     for r, w in zip(remote.score_orderings(qs, ps, orders, ans), local.score_orderings(qs, ps, orders, ans)):
         assert np.allclose(r.sum, w.sum, atol=1e-4)
-    assert srv.app.state.calls["sizes"][0] == 2  # two prompts per request
+    assert max(srv.app.state.calls["sizes"]) == 2  # two prompts per request after the one-prompt probe
     remote.close()
 
 
@@ -177,7 +177,7 @@ def test_retries_and_clear_errors(local: Generator, tiny_lm_dir: Path, live_serv
     prompts, answers = _questions(local)
     assert np.allclose(remote.score(prompts[:1], answers[:1]).sum, local.score(prompts[:1], answers[:1]).sum,
                        atol=1e-4)
-    assert srv.app.state.calls["calls"] == 3  # two 503s, then the answer
+    assert srv.app.state.calls["calls"] == 4  # two 503s, the echo probe, then the answer
 
     srv2 = live_server(openai_app(local, fail_first=100))
     impatient = RemoteGenerator(srv2.url + "/v1", model="tiny", max_length=512, tokenizer=str(tiny_lm_dir),
