@@ -60,6 +60,8 @@ import torch
 from transformers import Trainer, TrainerCallback, TrainingArguments
 
 from ragkit.generation.fitting import fit_prompt_ids
+from ragkit.io import write_json
+from ragkit.training.checkpoint import SettingsCallback, check_resume, prepare_run_dir, save_final_model
 from ragkit.training.config import check_warmup_ratio, settings_dict, warmup_steps_for
 from ragkit.training.data import Example
 from ragkit.training.perturb import OrderPerturbation, kendall_tau
@@ -567,8 +569,6 @@ class CORDTrainer(Trainer):
                 raise ValueError(f"the collator builds rows for loss {coll.loss!r} but the config says "
                                  f"{self.cord_loss!r}; pass the same loss to both")
             self.add_callback(EpochCallback(coll))
-        from ragkit.training.checkpoint import SettingsCallback
-
         self.add_callback(SettingsCallback(self.args.settings()))
 
     def compute_loss(self, model: Any, inputs: dict[str, Any], return_outputs: bool = False,
@@ -649,8 +649,6 @@ def train_cord(examples: Sequence[Example] | None, config: CORDConfig) -> dict[s
         Summary: settings, steps, train loss (mean over the steps run by this call; a finished run
         that is resumed keeps its saved summary), seconds, the log history, the resumed checkpoint.
     """
-    from ragkit.io import write_json
-    from ragkit.training.checkpoint import check_resume, prepare_run_dir, save_final_model
 
     if examples is None:
         if not config.data_file:

@@ -69,9 +69,11 @@ from torch.utils.data import Sampler
 from trl import GRPOConfig, GRPOTrainer
 
 from ragkit.generation.fitting import encode_prompts
+from ragkit.io import read_jsonl, write_json
 from ragkit.paraphrase import ParaphraseSet
 from ragkit.similarity import get_similarity
 from ragkit.text import extract_answer
+from ragkit.training.checkpoint import SettingsCallback, check_resume, prepare_run_dir, save_final_model
 from ragkit.training.config import check_warmup_ratio, settings_dict, warmup_steps_for
 from ragkit.training.rewards import (
     approx_group_similarity_rewards,
@@ -131,7 +133,6 @@ def load_training_records(path: str | os.PathLike[str],
     passages?, gold_ids?}`` with passages as ``Passage.to_dict`` records.
     """
     from ragkit.datasets import hotpotqa_record
-    from ragkit.io import read_jsonl
 
     p = Path(path)
     if not p.exists():
@@ -609,8 +610,6 @@ class PSGRPOTrainer(GRPOTrainer):
                 f"per-process generation batch {local} is not a multiple of n*g = {n * g}: a paraphrase set "
                 "would be split across processes; change sets_per_batch or the number of processes")
         super().__init__(*args, **kwargs)
-        from ragkit.training.checkpoint import SettingsCallback
-
         self.add_callback(SettingsCallback(config.settings() if settings is None else settings))
 
     def _get_train_sampler(self, dataset: Any = None) -> Sampler[int]:
@@ -697,8 +696,6 @@ def train_psgrpo(
         Summary: settings, steps, train loss, reward/consistency history, wall time, rollout tokens.
     """
     from ragkit.generation import Generator
-    from ragkit.io import write_json
-    from ragkit.training.checkpoint import check_resume, prepare_run_dir, save_final_model
     from ragkit.training.models import load_for_training
 
     if sets is None and config.data_file and not Path(config.data_file).is_file():
