@@ -168,3 +168,20 @@ def test_damaged_adapter_is_named(tmp_path: Path) -> None:
     (ck / "adapter_model.safetensors").unlink()
     with pytest.raises(CheckpointError, match="no model weights"):
         check_checkpoint(ck)
+
+
+def test_settings_without_effect_are_named(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A setting that cannot reach the objective (a LoRA rank without LoRA, a KL weight for the CE
+    baseline) is named in a warning instead of being dropped without a word."""
+    from ragkit.training.psgrpo import PSGRPOConfig
+
+    with caplog.at_level("WARNING", logger="ragkit.training.config"):
+        CORDConfig(output_dir=str(tmp_path), loss="ce", lam=0.3, lora_r=8)
+        PSGRPOConfig(output_dir=str(tmp_path), lora_alpha=32, kappa=0, s=2)
+    text = caplog.text
+    for name in ("lam=0.3", "lora_r=8", "lora_alpha=32", "s=2"):
+        assert name in text, name
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="ragkit.training.config"):
+        CORDConfig(output_dir=str(tmp_path), loss="cord", lam=0.3, lora=True, lora_r=8)
+    assert "no effect" not in caplog.text

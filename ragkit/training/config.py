@@ -24,7 +24,7 @@ import json
 import logging
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -37,6 +37,7 @@ __all__ = [
     "settings_dict",
     "settings_diff",
     "warmup_steps_for",
+    "warn_inert",
 ]
 
 logger = logging.getLogger(__name__)
@@ -135,6 +136,25 @@ def warmup_steps_for(cfg: Any, num_training_steps: int) -> int | None:
     if not ratio:
         return None
     return max(1, math.ceil(ratio * int(num_training_steps)))
+
+
+def warn_inert(cfg: Any, rules: Sequence[tuple[bool, Sequence[str], str]]) -> list[str]:
+    """Log a warning naming every setting given a non-default value where it has no effect.
+
+    ``rules`` holds ``(applies, names, reason)``: when ``applies`` is true, each of ``names`` that
+    differs from its field default is named with ``reason`` (e.g. ``"lora_r: no effect without
+    lora=True"``). Returns the warned names.
+    """
+    defaults = {f.name: f.default for f in dataclasses.fields(cfg) if f.default is not dataclasses.MISSING}
+    warned: list[str] = []
+    for applies, names, reason in rules:
+        if not applies:
+            continue
+        for n in names:
+            if n in defaults and getattr(cfg, n) != defaults[n]:
+                logger.warning("setting %s=%r has no effect: %s", n, getattr(cfg, n), reason)
+                warned.append(n)
+    return warned
 
 
 def _plain(v: Any) -> Any:

@@ -62,7 +62,7 @@ from transformers import Trainer, TrainerCallback, TrainingArguments
 from ragkit.generation.fitting import fit_prompt_ids
 from ragkit.io import write_json
 from ragkit.training.checkpoint import SettingsCallback, check_resume, prepare_run_dir, save_final_model
-from ragkit.training.config import check_warmup_ratio, settings_dict, warmup_steps_for
+from ragkit.training.config import check_warmup_ratio, settings_dict, warmup_steps_for, warn_inert
 from ragkit.training.data import Example
 from ragkit.training.perturb import OrderPerturbation, kendall_tau
 
@@ -512,6 +512,12 @@ class CORDConfig(TrainingArguments):
         if self.lora_alpha is not None and self.lora_alpha <= 0:
             raise ValueError(f"lora_alpha must be > 0, got {self.lora_alpha}")
         perturbation_for(self.loss, self.gamma, self.alpha)
+        warn_inert(self, [
+            (self.loss == "ce", ("gamma", "alpha", "lam", "ce_on"), "loss='ce' uses the retriever order only"),
+            (self.loss in PERTURBED_ONLY, ("lam", "ce_on"), f"loss={self.loss!r} has no KL/JS term"),
+            (self.loss == "shuffle", ("gamma",), "loss='shuffle' is a uniform shuffle"),
+            (not self.lora, ("lora_r", "lora_alpha", "lora_target", "merge_lora"), "lora is off"),
+        ])
 
     @property
     def checkpointing(self) -> bool:

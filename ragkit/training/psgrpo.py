@@ -74,7 +74,7 @@ from ragkit.paraphrase import ParaphraseSet
 from ragkit.similarity import get_similarity
 from ragkit.text import extract_answer
 from ragkit.training.checkpoint import SettingsCallback, check_resume, prepare_run_dir, save_final_model
-from ragkit.training.config import check_warmup_ratio, settings_dict, warmup_steps_for
+from ragkit.training.config import check_warmup_ratio, settings_dict, warmup_steps_for, warn_inert
 from ragkit.training.rewards import (
     approx_group_similarity_rewards,
     gold_f1,
@@ -561,6 +561,11 @@ class PSGRPOConfig(GRPOConfig):
             raise ValueError("remove_unused_columns must be False for PS-GRPO (the reward reads set_id / member)")
         if self.lora_r < 0:
             raise ValueError(f"lora_r must be >= 0 (0 = full fine-tuning), got {self.lora_r}")
+        warn_inert(self, [
+            (self.lora_r == 0, ("lora_alpha",), "lora_r = 0 (full fine-tuning)"),
+            (self.kappa == 0, ("s",), "kappa = 0 computes the exact reward"),
+            (self.beta == 0, ("sync_ref_model",), "beta = 0 loads no reference model"),
+        ])
         for name in ("limit", "max_passages", "passage_max_tokens"):
             v = getattr(self, name)
             if v is not None and v < 1:
@@ -659,6 +664,8 @@ def build_training_sets(config: PSGRPOConfig, generator: Generator | None = None
             raise ValueError(f"no set in {config.data_file} has {n} members; set --paraphrases to their size")
         if len(sets) < len(data):
             logger.warning("dropped %d sets whose size is not %d", len(data) - len(sets), n)
+        warn_inert(config, [(True, ("paraphraser", "max_passages"),
+                             f"{config.data_file} holds paraphrase sets with their own wordings and passages")])
         return sets
     if config.paraphraser == "llm":
         if generator is None:
