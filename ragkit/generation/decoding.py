@@ -242,7 +242,7 @@ def verify_drafts(
     stops: Sequence[str],
     min_new_tokens: int = 0,
 ) -> list[str | None]:
-    """Greedy continuations confirmed from a draft answer in one forward, else ``None``.
+    """Greedy continuations of prompts that carry a draft answer, decoded in one forward when the draft holds.
 
     Greedy speculative decoding (Leviathan et al., "Fast Inference from Transformers via
     Speculative Decoding", ICML 2023) with an external draft: the draft ``d`` (tokenised with its
@@ -251,11 +251,15 @@ def verify_drafts(
     token ``t = argmax z_{|x|+|d|-1}`` after it ends decoding (EOS, or a stop string in
     ``decode(d + [t])``) or ``|d|`` is ``max_new_tokens``. The result is then exactly what
     :func:`generate` returns (cut at the stop string), at the cost of one prefill of ``x + d``
-    instead of ``|d| + 1`` decode steps.
+    instead of ``|d| + 1`` decode steps. A rejected draft costs nothing more: its row is decoded
+    greedily from the prompt's cache of that same forward. Prompts without a usable draft give
+    ``None`` (the caller generates them).
     """
     import torch
+    from transformers import DynamicCache
 
     from ragkit.generation.fitting import answer_text, encode_answers
+    from ragkit.generation.scoring import _crop, _layout, _positions
 
     out: list[str | None] = [None] * len(prompts)
     room = gen.max_length - max_new_tokens
@@ -270,36 +274,50 @@ def verify_drafts(
                 or p_ids[0] != encode_prompts(gen.tokenizer, [p])[0]):
             continue
         if any(cut_at_stop(gen.tokenizer.decode(a[:j], skip_special_tokens=True), stops) is not None
-               for j in range(1, len(a) + 1)):
+               for j in range(1, len(a))):
             continue
         rows.append((i, p_ids[0], a))
     if not rows:
         return out
-    from ragkit.generation.scoring import _layout, _positions
-
     eos_t = list(eos)
     with torch.inference_mode():
         for b in chunks(len(rows), gen.batch_size):
             sel = [rows[j] for j in b]
             ids, mask = _layout(gen, [p for _, p, _ in sel], [a for _, _, a in sel])
             wa = max(len(a) for _, _, a in sel)
-            logits, _ = forward_logits(gen, ids, mask, _positions(mask), keep=wa + 1)
+            wp = ids.shape[1] - wa
+            pos = _positions(mask)
+            cache = DynamicCache(config=gen.model.config)
+            logits, cache = forward_logits(gen, ids, mask, pos, past=cache, keep=wa + 1)
+            rejected: list[int] = []
             for r, (i, _, a) in enumerate(sel):
                 lg = logits[r, : len(a) + 1].clone()
                 if eos_t and min_new_tokens > 0:
                     lg[: min_new_tokens, eos_t] = float("-inf")
                 pred = lg.argmax(dim=-1).tolist()
-                if pred[: len(a)] != a:
-                    continue
-                if len(a) == max_new_tokens:  # decoding would stop here on length
-                    out[i] = finish_text(gen, a, stops)
-                    continue
-                t = pred[len(a)]
-                if t in eos:
-                    out[i] = finish_text(gen, a, stops)
-                    continue
-                text = gen.tokenizer.decode(a + [t], skip_special_tokens=True)
-                cut = cut_at_stop(text, stops) if stops else None
-                if cut is not None:
-                    out[i] = text[:cut]
+                text: str | None = None
+                if pred[: len(a)] == a:
+                    if cut_at_stop(gen.tokenizer.decode(a, skip_special_tokens=True), stops) is not None:
+                        text = finish_text(gen, a, stops)  # the draft's last token completes a stop string
+                    elif len(a) == max_new_tokens:  # decoding would stop here on length
+                        text = finish_text(gen, a, stops)
+                    elif pred[len(a)] in eos:
+                        text = finish_text(gen, a, stops)
+                    else:
+                        full = gen.tokenizer.decode(a + [pred[len(a)]], skip_special_tokens=True)
+                        cut = cut_at_stop(full, stops) if stops else None
+                        text = None if cut is None else full[:cut]
+                if text is None:
+                    rejected.append(r)
+                else:
+                    out[i] = text
+            if rejected:
+                # decode the rejected rows from the prompt part of this forward's cache
+                _crop(cache, wp - 1)
+                sel_idx = torch.tensor(rejected, device=ids.device, dtype=torch.long)
+                cache.batch_select_indices(sel_idx)
+                new, _ = decode_loop(gen, cache, ids[sel_idx, wp - 1:wp], mask[sel_idx, :wp],
+                                     pos[sel_idx, wp - 1:wp], max_new_tokens, stops, min_new_tokens=min_new_tokens)
+                for r, t in zip(rejected, new):
+                    out[sel[r][0]] = finish_text(gen, t, stops)
     return out
