@@ -13,4 +13,5 @@ from ragkit.generation.loading import load_generator
 from ragkit.generation.prompts import TEMPLATES, PromptTemplate, get_template
 from ragkit.generation.remote import RemoteGenerator
 
-__all__ = ["Generator", "RemoteGenerator", "load_generator", "GeneratorLike", "OrderingRun", "ScoreResult", "PromptTemplate", "TEMPLATES", "get_template"]
+__all__ = ["Generator", "RemoteGenerator", "load_generator",
+           "GeneratorLike", "OrderingRun", "ScoreResult", "PromptTemplate", "TEMPLATES", "get_template"]

@@ -111,8 +111,10 @@ class RemoteGenerator:
 
     Examples
     --------
-    >>> gen = RemoteGenerator("http://127.0.0.1:8000/v1", tokenizer="HuggingFaceTB/SmolLM2-135M-Instruct")  # doctest: +SKIP
-    >>> gen.score([gen.build_prompt("Who wrote Hamlet?", ["Hamlet is by Shakespeare."])], ["Shakespeare"]).sum  # doctest: +SKIP
+    >>> gen = RemoteGenerator("http://127.0.0.1:8000/v1",
+    ...                       tokenizer="HuggingFaceTB/SmolLM2-135M-Instruct")  # doctest: +SKIP
+    >>> prompt = gen.build_prompt("Who wrote Hamlet?", ["Hamlet is by Shakespeare."])  # doctest: +SKIP
+    >>> gen.score([prompt], ["Shakespeare"]).sum                                       # doctest: +SKIP
     """
 
     answer_reserve: int = 32
@@ -333,7 +335,8 @@ class RemoteGenerator:
         """
         prompts, answers = list(prompts), list(answers)
         if len(prompts) != len(answers):
-            raise ValueError(f"score() got {len(prompts)} prompts but {len(answers)} answers; pass one answer per prompt")
+            raise ValueError(f"score() got {len(prompts)} prompts but {len(answers)} answers; "
+                             "pass one answer per prompt")
         if not prompts:
             return ScoreResult.from_token_logprobs([])
         texts = [answer_text(p, a, i) for i, (p, a) in enumerate(zip(prompts, answers))]

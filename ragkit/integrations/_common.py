@@ -35,7 +35,8 @@ def _scores(scores: Sequence[float | None] | None) -> list[float] | None:
     return [float(s) for s in scores]  # type: ignore[arg-type]
 
 
-def _arrange(reranker: Any, ranked: RankedList, top_n: int | None, placement: str, profile: Any) -> list[tuple[int, float]]:
+def _arrange(reranker: Any, ranked: RankedList, top_n: int | None, placement: str,
+             profile: Any) -> list[tuple[int, float]]:
     hits = list(ranked)[:top_n] if top_n else list(ranked)
     if placement != "none" and len(hits) > 1:
         if placement == "bias_aware" and profile is None:
