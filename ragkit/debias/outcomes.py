@@ -238,7 +238,7 @@ def consensus_outcomes(
         return out
     gen_calls = 0
     if sampled is None:
-        sampled = generate_per_ordering(generator, questions, passages, orderings, max_new_tokens)
+        sampled = generate_per_ordering(generator, questions, passages, orderings, max_new_tokens, reuse_cache=False)
         gen_calls = 1
     qs, ps, ods, ans, owner = [], [], [], [], []
     cands: list[list[str]] = []
@@ -305,7 +305,7 @@ def confidence_outcomes(
         return res_c
     gen_calls = 0
     if sampled is None:
-        sampled = generate_per_ordering(generator, questions, passages, orderings, max_new_tokens)
+        sampled = generate_per_ordering(generator, questions, passages, orderings, max_new_tokens, reuse_cache=False)
         gen_calls = 1
     qs, ps, ods, ans, owner = [], [], [], [], []
     for i, (q, p, o, outs) in enumerate(zip(questions, passages, orderings, sampled)):
