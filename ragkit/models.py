@@ -266,6 +266,8 @@ def _check_model_name(name: str) -> str:
         return name
     if p.exists():
         raise ValueError(f"{name} is a file, not a model; pass a model folder, a .gguf file or a hub id")
+    if name.endswith(".gguf"):
+        raise FileNotFoundError(f"no such .gguf file: {name}")
     if _looks_like_path(name):
         raise FileNotFoundError(f"no such model folder: {name}")
     return name

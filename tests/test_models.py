@@ -186,6 +186,8 @@ def test_bad_model_names_are_clear_errors(tmp_path: Path, monkeypatch: pytest.Mo
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(FileNotFoundError, match="no such model folder: .*nope"):
         models.load_generator(str(tmp_path / "nope"), device="cpu")
+    with pytest.raises(FileNotFoundError, match="no such .gguf file"):
+        models.load_generator(str(tmp_path / "missing.gguf"), device="cpu")
     (tmp_path / "empty").mkdir()
     with pytest.raises(ValueError, match="not a model folder.*config.json"):
         models.load_generator(str(tmp_path / "empty"), device="cpu")
