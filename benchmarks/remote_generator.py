@@ -115,11 +115,11 @@ def main(argv: list[str] | None = None) -> int:
         got = remote.score(all_p, all_a)
         t_remote = time.perf_counter() - t0
     finally:
-        proc.terminate()
+        proc.kill()  # SIGKILL: uvicorn would otherwise wait for a request still being computed
         proc.wait(timeout=30)
     same_len = [i for i in range(len(all_a)) if got.num_tokens[i] == want.num_tokens[i]]
     tok_diff = np.concatenate([np.abs(got.token_logprobs[i] - want.token_logprobs[i]) for i in same_len])
-    sum_diff = np.abs(got.sum - want.sum)
+    sum_diff = np.abs(got.sum - want.sum)[same_len]
     n = len(prompts)
     prefer_local = want.sum[0::2] > want.sum[1::2]
     prefer_remote = got.sum[0::2] > got.sum[1::2]
@@ -140,7 +140,10 @@ def main(argv: list[str] | None = None) -> int:
         "answer_tokens_compared": int(tok_diff.size),
         "abs_diff_per_token": {"max": float(tok_diff.max()), "mean": float(tok_diff.mean()),
                                "p95": float(np.quantile(tok_diff, 0.95))},
-        "abs_diff_per_answer_sum": {"max": float(sum_diff.max()), "mean": float(sum_diff.mean())},
+        "abs_diff_per_answer_sum_same_tokenisation": {"max": float(sum_diff.max()), "mean": float(sum_diff.mean())},
+        "per_answer": [{"answer": ans, "tokens_local": int(want.num_tokens[i]), "tokens_remote": int(got.num_tokens[i]),
+                        "logprob_local": float(want.sum[i]), "logprob_remote": float(got.sum[i])}
+                       for i, ans in enumerate(all_a)],
         "mean_local_logprob_per_token": float(np.concatenate(want.token_logprobs).mean()),
         "preferred_answer_agreement": float(np.mean(prefer_local == prefer_remote)),
         "greedy_answer_agreement": float(np.mean([x == y for x, y in zip(local_answers, remote_answers)])),
@@ -153,8 +156,9 @@ def main(argv: list[str] | None = None) -> int:
     }
     write_json(a.out, result)
     print(f"per token |diff| max {result['abs_diff_per_token']['max']:.4f} mean "
-          f"{result['abs_diff_per_token']['mean']:.4f}; per answer max {result['abs_diff_per_answer_sum']['max']:.4f} "
-          f"mean {result['abs_diff_per_answer_sum']['mean']:.4f}; greedy agreement "
+          f"{result['abs_diff_per_token']['mean']:.4f}; per answer (same tokens) max "
+          f"{result['abs_diff_per_answer_sum_same_tokenisation']['max']:.4f} "
+          f"mean {result['abs_diff_per_answer_sum_same_tokenisation']['mean']:.4f}; greedy agreement "
           f"{result['greedy_answer_agreement']:.2f}; path {remote.score_mode} -> {a.out}")
     return 0
 

@@ -356,7 +356,7 @@ class RemoteGenerator:
                     raise
                 logger.warning("%s; scoring by forced (grammar-constrained) decoding from now on", e)
                 self.score_mode = "forced"
-        return self._score_forced(prompts, texts)
+        return self._score_forced(prompts, texts, a_ids)
 
     def _probe_echo(self) -> None:
         """Once: a short echo request settles the prompt format and catches a misaligned echo cheaply."""
@@ -396,8 +396,13 @@ class RemoteGenerator:
             first = run([0])
         return ScoreResult.from_token_logprobs(first + (run(list(range(1, len(prompts)))) if len(prompts) > 1 else []))
 
-    def _score_forced(self, prompts: list[str], texts: list[str]) -> ScoreResult:
-        """Answer log-probs as generated-token log-probs under a grammar that admits only the answer."""
+    def _score_forced(self, prompts: list[str], texts: list[str], a_ids: list[list[int]]) -> ScoreResult:
+        """Answer log-probs as generated-token log-probs under a grammar that admits only the answer.
+
+        The grammar fixes the text, not its tokens: the server may spell an answer with other tokens
+        than the canonical tokenisation (``a_ids``); such answers are counted in a warning, since their
+        log-probs are those of the server's spelling.
+        """
         n_tok = [len(t) for t in encode_prompts(self.tokenizer, texts)]
         per = [{"grammar": f"root ::= {_gbnf_literal(t)}", "max_tokens": n + 16} for t, n in zip(texts, n_tok)]
         choices = self._complete(list(prompts), "score (remote, forced)", per_prompt=per, temperature=0.0, logprobs=1)
@@ -410,6 +415,11 @@ class RemoteGenerator:
                     f"{str(c.get('text', ''))[:80]!r}, wanted {t[:80]!r}); forced decoding needs GBNF `grammar` "
                     "support (llama.cpp) and enough context for the answer")
             out.append(self._checked(lp["token_logprobs"], i))
+        other = [i for i, (o, a) in enumerate(zip(out, a_ids)) if len(o) != len(a)]
+        if other:
+            logger.warning("%s spelled %d of %d answers with other tokens than their canonical tokenisation "
+                           "(e.g. answer %d: %d tokens instead of %d); their log-probs are of that spelling",
+                           self.base_url, len(other), len(out), other[0], len(out[other[0]]), len(a_ids[other[0]]))
         return ScoreResult.from_token_logprobs(out)
 
     def _logprobs(self, choice: dict[str, Any], i: int) -> dict[str, Any]:
