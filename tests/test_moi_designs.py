@@ -401,3 +401,34 @@ def test_adaptive_consensus_tiny_lm(gen) -> None:
     # each round generates (and, unless every answer is empty, scores) all interventions so far
     rounds_sizes = [5 + 2 * i for i in range(r.rounds)]
     assert sum(rounds_sizes) <= r.generator_calls <= 4 * sum(rounds_sizes)  # M generations + <= 3 tied scorings
+
+
+def test_cli_presence_design_and_cached_profile(tiny_lm_dir, tmp_path, monkeypatch) -> None:
+    """`ragkit bias-profile` caches the profile that `ragkit rerank` then uses; presence designs and
+    budget=auto from the command line."""
+    from ragkit.cli import main
+    from ragkit.datasets import SAMPLE_HOTPOTQA
+    from ragkit.io import write_jsonl
+
+    monkeypatch.setenv("RAGKIT_CACHE", str(tmp_path / "cache"))
+    f = tmp_path / "p.jsonl"
+    write_jsonl(f, [{"id": f"x{i}", "text": f"passage {i} text", "score": 3.0 - i} for i in range(3)])
+    out = tmp_path / "r.json"
+    assert main(["rerank", "--query", "which passage?", "--passages", str(f), "--model", str(tiny_lm_dir),
+                 "--design", "loo", "--out", str(out)]) == 0
+    res = json.loads(out.read_text())
+    assert res["orderings"] == [[0, 1, 2], [1, 2], [0, 2], [0, 1]]
+    assert main(["rerank", "--query", "q?", "--passages", str(f), "--model", str(tiny_lm_dir),
+                 "--design", "ablate", "--budget", "auto", "--outcome", "full_answer", "--out", str(out)]) == 0
+    assert len(json.loads(out.read_text())["orderings"]) >= 3
+    prof = tmp_path / "prof.json"
+    assert main(["bias-profile", "--data", str(SAMPLE_HOTPOTQA), "--k", "3", "--limit", "2", "--model",
+                 str(tiny_lm_dir), "--out", str(prof)]) == 0
+    saved = json.loads(prof.read_text())
+    assert saved["meta"]["data"] == str(SAMPLE_HOTPOTQA) and len(saved["meta"]["question_ids"]) == 2
+    cached = list((tmp_path / "cache" / "profiles").glob("*.json"))
+    assert len(cached) == 1 and json.loads(cached[0].read_text())["weights"] == saved["weights"]
+    from ragkit.generation import Generator
+
+    gen = Generator(model=str(tiny_lm_dir), show_progress=False)
+    assert np.allclose(MoI(gen).profile_for(3).weights, saved["weights"])  # picked up from the cache

@@ -19,7 +19,7 @@ def _ask(args: argparse.Namespace) -> int:
     moi_kwargs: dict[str, Any] = {}
     if not args.no_moi:
         moi_kwargs = {"design": args.design, "budget": args.budget, "outcome": args.outcome,
-                      "profile": profile_from_args(args)}
+                      "profile": profile_from_args(args), "calibrate_profile": args.calibrate_profile}
     rag = RAGPipeline.default(index=args.index, model=args.model, use_moi=not args.no_moi, k=args.k,
                               device=args.device, passage_max_tokens=args.passage_max_tokens, **moi_kwargs)
     res = rag.ask(args.question)

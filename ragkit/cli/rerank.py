@@ -13,12 +13,26 @@ __all__ = ["register", "add_moi_args", "generator_from_args", "profile_from_args
 def add_moi_args(p: argparse.ArgumentParser) -> None:
     """MoI settings shared by ``rerank`` and ``ask``."""
     g = p.add_argument_group("MoI")
-    g.add_argument("--design", choices=("cyclic", "prior", "random"), default="cyclic",
-                   help="orderings to run: cyclic = k rotations (default), prior = M<k around the given order")
-    g.add_argument("--budget", type=positive_int, default=None, help="number of orderings M (default: k; prior: 3)")
-    g.add_argument("--outcome", choices=("consensus", "confidence"), default="consensus",
-                   help="label-free outcome per ordering (default: consensus)")
-    g.add_argument("--profile", default=None, help="position-bias profile JSON (default: recency-heavy)")
+    g.add_argument("--design", choices=("cyclic", "prior", "random", "loo", "ablate", "mixed"), default="cyclic",
+                   help="interventions to run: cyclic = k rotations (default), prior = M<k around the given order, "
+                        "random; presence designs loo = leave one out, ablate = random subsets, mixed = random "
+                        "subsets in random orders")
+    g.add_argument("--budget", type=_budget, default=None,
+                   help="number of interventions M (default: k; prior 3; ablate 2k; mixed 3k) or 'auto' "
+                        "(rounds until the top of the ranking is stable)")
+    g.add_argument("--outcome", choices=("consensus", "confidence", "full_answer"), default="consensus",
+                   help="label-free outcome per intervention (default: consensus; full_answer: the full prompt's "
+                        "answer scored under each intervention)")
+    g.add_argument("--profile", default=None,
+                   help="position-bias profile JSON (default: the model's cached profile from `ragkit bias-profile`; "
+                        "the embedded SmolLM2's measured one; else flat, with a warning)")
+    g.add_argument("--calibrate-profile", action="store_true",
+                   help="with no --profile and nothing cached: calibrate on the bundled sample first (cached)")
+
+
+def _budget(s: str) -> int | str:
+    """``--budget``: a positive integer or ``auto``."""
+    return "auto" if s == "auto" else positive_int(s)
 
 
 def generator_from_args(args: argparse.Namespace) -> Any:
@@ -62,7 +76,8 @@ def _rerank(args: argparse.Namespace) -> int:
     result: dict[str, Any] = {"query": args.query, "reranker": args.reranker or "moi"}
     if kind.startswith("moi"):
         rr = get_reranker(spec, generator_from_args(args), design=args.design, budget=args.budget,
-                          outcome=args.outcome, profile=profile_from_args(args))
+                          outcome=args.outcome, profile=profile_from_args(args),
+                          calibrate_profile=args.calibrate_profile)
         ranked = rr.rank(args.query, passages, scores)
         res = rr.last_results[0]
         result.update({"reranker": "moi", "design": args.design, "outcome": args.outcome,
@@ -84,12 +99,14 @@ def _bias_profile(args: argparse.Namespace) -> int:
     from ragkit.debias.profile import PositionProfile
 
     records = load_dataset(args.dataset or "hotpotqa", args.data_file, limit=args.limit)
-    prof = PositionProfile.calibrate(generator_from_args(args), records, k=args.k, seed=args.seed)
+    prof = PositionProfile.calibrate(generator_from_args(args), records, k=args.k, seed=args.seed,
+                                     data=str(args.data_file))
     prof.save(args.out)
+    cached = prof.save_cached()  # MoI picks it up for this (model, template, k) from now on
     if args.plot:
         prof.plot(args.plot)
     text = " ".join(f"{w:.3f}" for w in prof.weights) + f"\nsaved {args.out}" + (
-        f" and {args.plot}" if args.plot else "")
+        f" and {args.plot}" if args.plot else "") + f"; cached as {cached}"
     emit(prof.to_dict(), args, text)
     return 0
 

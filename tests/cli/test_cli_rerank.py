@@ -25,7 +25,8 @@ def test_rerank_cli(tiny_lm_dir, tmp_path, capsys) -> None:
     assert main(["rerank", "--query", "q", "--passages", str(empty)]) == 1
 
 
-def test_ask_and_bias_profile_cli(tiny_lm_dir, tmp_path, capsys) -> None:
+def test_ask_and_bias_profile_cli(tiny_lm_dir, tmp_path, capsys, monkeypatch) -> None:
+    monkeypatch.setenv("RAGKIT_CACHE", str(tmp_path / "cache"))  # bias-profile also caches the profile
     out = tmp_path / "a.json"
     rc = main(["ask", "Which magazine was started first?", "-k", "3", "--model", str(tiny_lm_dir),
                "--design", "prior", "--budget", "2", "--out", str(out)])
