@@ -259,7 +259,7 @@ def verify_drafts(
     from transformers import DynamicCache
 
     from ragkit.generation.fitting import answer_text, encode_answers
-    from ragkit.generation.scoring import _crop, _layout, _positions
+    from ragkit.generation.scoring import _crop, _layout, _positions, cache_ok
 
     out: list[str | None] = [None] * len(prompts)
     room = gen.max_length - max_new_tokens
@@ -311,8 +311,9 @@ def verify_drafts(
                     rejected.append(r)
                 else:
                     out[i] = text
-            if rejected:
-                # decode the rejected rows from the prompt part of this forward's cache
+            if rejected and cache_ok(gen):
+                # decode the rejected rows from the prompt part of this forward's cache (a sliding-window
+                # cache cannot be rolled back: those rows stay None and the caller generates them)
                 _crop(cache, wp - 1)
                 sel_idx = torch.tensor(rejected, device=ids.device, dtype=torch.long)
                 cache.batch_select_indices(sel_idx)
