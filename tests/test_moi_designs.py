@@ -354,6 +354,10 @@ def test_moi_uses_the_models_profile(tmp_path, monkeypatch) -> None:
     assert np.allclose(r.weights, a, atol=1e-6)
     assert r.ranking.ids() == [f"p{i}" for i in np.argsort(-u)]
     assert r.order[4] == 2  # bias-aware: the best passage into the heaviest slot (the last)
+    # a profile JSON path works too
+    path = tmp_path / "given.json"
+    PositionProfile(np.array([0.5, 0.2, 0.1, 0.1, 0.1])).save(path)
+    assert MoI(gen, outcome=subset_outcome(u, a), profile=str(path)).profile_for(5).weights[0] == 0.5
 
 
 # ------------------------------------------------------------------ tiny real model end to end

@@ -36,6 +36,7 @@ loop stops once the top-``stable_top`` of the ranking is unchanged for a round (
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -189,7 +190,8 @@ class MoI:
         Relative ridge strength (permutation designs: toward the retriever prior; ``ablate`` with
         ``surrogate="ridge"``: toward 0).
     profile
-        Position-bias profile used by the permutation designs and the placement. ``None``: the
+        Position-bias profile (or the path of its JSON) used by the permutation designs and the
+        placement. ``None``: the
         model's own, :meth:`PositionProfile.for_generator` (cached calibration; the recency
         profile for the embedded SmolLM2; else calibrated when ``calibrate_profile`` or flat
         with a warning). A profile for another ``k`` is resized by interpolation.
@@ -239,7 +241,7 @@ class MoI:
         budget: int | str | None = None,
         outcome: str | OutcomeFn = "consensus",
         lam: float = 0.1,
-        profile: PositionProfile | None = None,
+        profile: PositionProfile | str | os.PathLike[str] | None = None,
         placement: str = "bias_aware",
         head: int | None = None,
         seed: int = 0,
@@ -285,6 +287,8 @@ class MoI:
         self.budget = budget
         self.outcome = outcome
         self.lam = float(lam)
+        if isinstance(profile, (str, os.PathLike)):
+            profile = PositionProfile.load(profile)
         self.profile = profile
         self.placement = placement
         self.head = head
