@@ -394,6 +394,10 @@ def get_method(name: str, generator: GeneratorLike | None = None, **kwargs: Any)
     mnt = kw.pop("max_new_tokens", 16)
     placement = check_placement(kw.pop("placement", preset.placement))
     profile = kw.get("profile")
+    if isinstance(profile, (str, Path)):  # a profile JSON (e.g. `ragkit eval --profile FILE`)
+        from ragkit.debias.profile import PositionProfile
+
+        profile = kw["profile"] = PositionProfile.load(profile)
     kind = parse_reranker(preset.reranker)[0]
     answerer_kw: dict[str, Any] = {"max_new_tokens": mnt}
     if preset.answerer != "single":
