@@ -219,3 +219,18 @@ def test_misaligned_echo_is_detected_and_scored_by_forced_decoding(local: Genera
     assert np.allclose(got.sum, want.sum, atol=1e-4) and list(got.num_tokens) == list(want.num_tokens)
     with pytest.raises(ValueError, match="score_mode"):
         RemoteGenerator(srv.url, tokenizer=str(tiny_lm_dir), score_mode="magic")
+
+
+def test_moi_runs_unchanged_on_the_remote_generator(local: Generator, tiny_lm_dir: Path, live_server: Any) -> None:
+    from ragkit.debias import MoIReranker
+
+    srv = live_server(openai_app(local))
+    remote = RemoteGenerator(srv.url + "/v1", tokenizer=str(tiny_lm_dir), show_progress=False)
+    qs = ["Which city is the capital of France?", "Where was Arthur's Magazine published?"]
+    kw = {"design": "cyclic", "max_new_tokens": 3}
+    want = MoIReranker(local, **kw).rank_many(qs, [PASSAGES, PASSAGES])
+    got = MoIReranker(remote, **kw).rank_many(qs, [PASSAGES, PASSAGES])
+    for g, w in zip(got, want):
+        assert g.ids() == w.ids()
+        assert np.allclose(g.scores(), w.scores(), atol=1e-3)
+    assert np.ptp(want[0].scores()) > 0  # real utilities, not a tie
