@@ -14,6 +14,7 @@ on validated inputs, and sets :attr:`needs_answers` when it reads reference answ
 from __future__ import annotations
 
 import asyncio
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -90,6 +91,11 @@ class Reranker(ABC):
         for p, s in zip(ps, sc):
             if s is not None and len(s) != len(p):
                 raise ValueError(f"{len(p)} passages but {len(s)} scores")
+            bad = [] if s is None else [(x.id, v) for x, v in zip(p, s) if not math.isfinite(v)]
+            if bad:  # a NaN would silently scramble every prior built from the scores
+                raise ValueError(f"retriever score {bad[0][1]} of passage {bad[0][0]!r} is not a finite number"
+                                 f"{f' (and {len(bad) - 1} more)' if len(bad) > 1 else ''}; give every passage "
+                                 "a finite score, or none at all")
         self.last_generator_calls = [0] * len(qs)
         out = self._rank_many(qs, ps, sc)
         if len(out) != len(qs):  # a backend bug, not a user error

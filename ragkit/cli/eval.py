@@ -20,6 +20,9 @@ SAMPLE_LIMIT = 8
 SAMPLE_PASSAGE_TOKENS = 48
 """Per-passage token cut of a bare ``ragkit eval``."""
 SAMPLE_K = 10
+SAMPLE_METHODS = ("none", "moi_prior", "both_ends")
+"""Methods of a bare ``ragkit eval``: the given order, MoI (prior design, 3 orderings) and a baseline."""
+DEFAULT_METHODS = ("none",)
 
 
 def _methods(s: str) -> tuple[str, ...]:
@@ -50,7 +53,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         description=(
             "Evaluate a RAG pipeline. Without arguments: the bundled HotpotQA sample "
             f"({SAMPLE_LIMIT} questions, passages cut to {SAMPLE_PASSAGE_TOKENS} tokens) with the embedded "
-            "generator, writing ragkit-eval-report.json and .md in the current directory."
+            f"generator and methods {','.join(SAMPLE_METHODS)} (the given order, MoI with the prior design, "
+            "the lost-in-the-middle reorder), printing each method's difference to the given order with a "
+            "paired bootstrap interval; writes ragkit-eval-report.json and .md in the current directory."
         ),
     )
     add_data_args(p, dataset_help="hotpotqa | msmarco | nq-open (default: told from --data-file; "
@@ -59,7 +64,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--setting", default=None, help="hotpotqa: distractor|fullwiki; msmarco: v1.1|v2.1")
     p.add_argument("--retriever", default="given", choices=("given", "bm25", "dense", "hybrid"))
     p.add_argument("--embedder", default=None, help="dense/hybrid encoder (default: embedded MiniLM)")
-    p.add_argument("--methods", type=_methods, default=("none",), help="comma-separated, e.g. none,moi,voting")
+    p.add_argument("--methods", type=_methods, default=None,
+                   help="comma-separated, e.g. none,moi,voting; the first is the baseline of the paired "
+                        f"differences (default {','.join(DEFAULT_METHODS)}; the bundled sample: "
+                        f"{','.join(SAMPLE_METHODS)})")
     add_k_arg(p, default=10)
     p.add_argument("--chunk-size", type=positive_int, default=8,
                    help="questions per run_many call / partial-file append")
@@ -109,18 +117,19 @@ def _generator(args: argparse.Namespace) -> Any:
 
 
 def _run_eval(args: argparse.Namespace) -> int:
-    from ragkit.eval.report import eval_table, markdown_table
+    from ragkit.eval.report import eval_table, markdown_table, paired_text
     from ragkit.eval.runner import DEFAULT_REPORT, EvalConfig, run_eval
 
     sample = args.dataset is None and args.data_file is None
     dataset = args.dataset or (detect_format(args.data_file) if args.data_file else "hotpotqa")
     limit = args.limit if args.limit is not None else (SAMPLE_LIMIT if sample else None)
+    methods = args.methods or (SAMPLE_METHODS if sample else DEFAULT_METHODS)
     pmt = args.passage_max_tokens
     if pmt is None and sample:
         pmt = SAMPLE_PASSAGE_TOKENS
     cfg = EvalConfig(
         dataset=dataset, data_file=args.data_file, sample=sample, limit=limit, split=args.split,
-        setting=args.setting, retriever=args.retriever, methods=args.methods, k=args.k, model=args.model,
+        setting=args.setting, retriever=args.retriever, methods=methods, k=args.k, model=args.model,
         embedder=args.embedder, template=args.template, passage_max_tokens=pmt,
         max_new_tokens=args.max_new_tokens, batch_size=args.batch_size, chunk_size=args.chunk_size,
         seed=args.seed, n_bootstrap=args.bootstrap, device=args.device,
@@ -134,7 +143,7 @@ def _run_eval(args: argparse.Namespace) -> int:
     report = run_eval(cfg, out=out, report_md=args.report, plot_dir=args.plot, resume=args.resume)
     header, rows = eval_table(report)
     md = args.report or str(Path(out).with_suffix(".md"))
-    emit(report, args, markdown_table(header, rows)
+    emit(report, args, markdown_table(header, rows) + paired_text(report)
          + f"\n{report['n_questions']} questions in {time.perf_counter() - t0:.1f} s; wrote {out} and {md}",
          write=False)  # run_eval wrote --out
     return 0

@@ -72,7 +72,25 @@ def _rerank(args: argparse.Namespace) -> int:
         raise ValueError(f"{args.passages} holds no passages; write one JSON object per line "
                          '({"id": ..., "text": ..., "title": ..., "score": ...})')
     passages = [Passage.from_dict(r) for r in rows]
-    scores = [float(r["score"]) for r in rows] if all("score" in r for r in rows) else None
+    seen: dict[str, int] = {}
+    for i, p in enumerate(passages, 1):
+        if p.id in seen:
+            raise ValueError(f"{args.passages}: line {i} repeats passage id {p.id!r} of line {seen[p.id]} "
+                             "(duplicate id); give every passage its own id")
+        seen[p.id] = i
+    with_score = [i for i, r in enumerate(rows, 1) if "score" in r]
+    if with_score and len(with_score) != len(rows):
+        missing = next(i for i, r in enumerate(rows, 1) if "score" not in r)
+        raise ValueError(f"{args.passages}: line {missing} has no \"score\" but other lines do; give every "
+                         "line a score, or none")
+    scores = None
+    if with_score:
+        scores = []
+        for i, r in enumerate(rows, 1):
+            v = r["score"]
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise ValueError(f"{args.passages}: line {i}: \"score\" must be a number, got {v!r}")
+            scores.append(float(v))
     result: dict[str, Any] = {"query": args.query, "reranker": args.reranker or "moi"}
     if kind.startswith("moi"):
         rr = get_reranker(spec, generator_from_args(args), design=args.design, budget=args.budget,

@@ -7,6 +7,8 @@ import logging
 import os
 from typing import Any
 
+from ragkit.cli._common import non_negative_int, positive_int
+
 __all__ = ["register", "build_reranker"]
 
 logger = logging.getLogger(__name__)
@@ -51,6 +53,14 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _port(s: str) -> int:
+    """``argparse`` type: a TCP port number 0-65535 (refused before any model loads)."""
+    v = non_negative_int(s)
+    if v > 65535:
+        raise argparse.ArgumentTypeError(f"a port is 0-65535, got {v}")
+    return v
+
+
 def register(subparsers: Any) -> None:
     """Add the ``serve`` command."""
     p = subparsers.add_parser(
@@ -65,14 +75,15 @@ def register(subparsers: Any) -> None:
                         "http://HOST:PORT/v1 (default: embedded SmolLM2-135M-Instruct)")
     p.add_argument("--device", default="auto")
     p.add_argument("--host", default="127.0.0.1", help="interface to bind (default: 127.0.0.1)")
-    p.add_argument("--port", type=int, default=8080)
-    p.add_argument("--max-batch-size", type=int, default=32, help="most requests per reranker call (32)")
+    p.add_argument("--port", type=_port, default=8080, help="TCP port, 0-65535 (0: any free port; default 8080)")
+    p.add_argument("--max-batch-size", type=positive_int, default=32, help="most requests per reranker call (32)")
     p.add_argument("--max-wait-ms", type=float, default=5.0,
                    help="how long a request waits for batch-mates before its batch runs (5 ms)")
-    p.add_argument("--max-queue", type=int, default=256,
+    p.add_argument("--max-queue", type=positive_int, default=256,
                    help="most waiting requests; more get 503 + Retry-After (256)")
-    p.add_argument("--max-documents", type=int, default=1000, help="most documents per request (1000; more: 413)")
-    p.add_argument("--max-chars", type=int, default=20_000,
+    p.add_argument("--max-documents", type=positive_int, default=1000,
+                   help="most documents per request (1000; more: 413)")
+    p.add_argument("--max-chars", type=positive_int, default=20_000,
                    help="most characters in the query and in each document (20000; more: 413, never truncated)")
     p.add_argument("--api-key", default=None,
                    help="require `Authorization: Bearer KEY` (default: $RAGKIT_API_KEY; unset: no auth)")

@@ -6,7 +6,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["format_ci", "markdown_table", "markdown_report"]
+__all__ = ["format_ci", "markdown_table", "markdown_report", "paired_text"]
 
 
 def format_ci(stat: Mapping[str, Any] | float | None, digits: int = 3) -> str:
@@ -72,4 +72,15 @@ def markdown_report(report: Mapping[str, Any]) -> str:
         f"- wall time: {report['timing']['total_seconds']:.1f} s\n\n"
     )
     header, rows = eval_table(report)
-    return head + markdown_table(header, rows)
+    return head + markdown_table(header, rows) + paired_text(report)
+
+
+def paired_text(report: Mapping[str, Any]) -> str:
+    """The paired differences of a report (each method minus the first), one line per method and metric."""
+    paired = report.get("paired") or {}
+    lines = [f"- {name}: " + ", ".join(f"{metric} {format_ci(ci)}" for metric, ci in metrics.items())
+             for name, metrics in paired.items()]
+    if not lines:
+        return ""
+    return ("\nPaired differences, question by question (mean [95% bootstrap interval]; "
+            "an interval excluding 0 is a real difference on this sample):\n" + "\n".join(lines) + "\n")

@@ -49,6 +49,7 @@ __all__ = [
     "answer_metrics",
     "bootstrap_ci",
     "candidates_for",
+    "paired_differences",
     "run_eval",
     "DEFAULT_REPORT",
 ]
@@ -308,6 +309,37 @@ def aggregate(
     return agg
 
 
+def paired_differences(
+    rows: Sequence[dict[str, Any]], dataset: str, methods: Sequence[str], n_bootstrap: int, seed: int
+) -> dict[str, dict[str, Any]]:
+    """Each method minus the first one (the baseline), question by question, with a bootstrap interval.
+
+    For method ``m`` and metric ``s``, ``d_q = s_m(q) - s_base(q)`` over the questions both answered;
+    the result is ``mean(d)`` with the percentile-bootstrap interval of :func:`bootstrap_ci`
+    (resampling questions, so the pairing is kept: a paired bootstrap, Efron & Tibshirani 1993, ch. 16).
+    An interval that excludes 0 means the difference is unlikely to come from the question sample.
+
+    Returns
+    -------
+    dict
+        ``{"<m> - <base>": {metric: {"mean", "lo", "hi", "n"}}}`` for every ``m`` after the first.
+    """
+    if len(methods) < 2:
+        return {}
+    base = methods[0]
+    by = {(r["method"], r["qid"]): r for r in rows}
+    out: dict[str, dict[str, Any]] = {}
+    for m in methods[1:]:
+        qids = [q for (mm, q) in by if mm == m and (base, q) in by]
+        res: dict[str, Any] = {}
+        for name in DATASET_METRICS[dataset]:
+            diffs = [by[(m, q)]["metrics"][name] - by[(base, q)]["metrics"][name] for q in qids
+                     if name in by[(m, q)]["metrics"] and name in by[(base, q)]["metrics"]]
+            res[name] = bootstrap_ci(diffs, n_bootstrap, seed)
+        out[f"{m} - {base}"] = res
+    return out
+
+
 def run_eval(
     cfg: EvalConfig,
     out: str | os.PathLike[str] = DEFAULT_REPORT,
@@ -440,6 +472,7 @@ def run_eval(
         "n_questions": len(recs),
         "metrics": list(DATASET_METRICS[dataset]),
         "aggregate": agg,
+        "paired": paired_differences(rows_final, dataset, cfg.methods, cfg.n_bootstrap, cfg.seed),
         "timing": {
             "total_seconds": round(time.perf_counter() - t0, 3),
             "setup_seconds": round(load_s, 3),
