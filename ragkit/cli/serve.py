@@ -23,7 +23,9 @@ def build_reranker(spec: str, model: str | None = None, device: str = "auto") ->
     an encoder on ``device``.
     """
     from ragkit.debias import get_reranker
+    from ragkit.debias.presets import parse_reranker
 
+    parse_reranker(spec)  # a typo is reported before any model loads
     kind = spec.partition(":")[0]
     if kind.startswith("moi"):
         from ragkit.generation import load_generator
