@@ -305,7 +305,7 @@ def check_scoring(gen: Any) -> dict[str, Any]:
 
 def check_moi(gen: Any) -> dict[str, Any]:
     """MoI with three designs / outcomes on k = 3 passages: finite utilities and outcomes."""
-    from ragkit.debias import MoI, PositionProfile
+    from ragkit.debias import MoI, MoIReranker, PositionProfile
     from ragkit.types import Passage
 
     qs = [q for q, _, _ in QUESTIONS]
@@ -313,17 +313,30 @@ def check_moi(gen: Any) -> dict[str, Any]:
     golds = [[a] for _, _, a in QUESTIONS]
     out: dict[str, Any] = {}
     setups = {
-        "cyclic/consensus": dict(design="cyclic", outcome="consensus", profile=PositionProfile.flat(3)),
-        "prior/gold": dict(design="prior", budget=2, outcome="gold", profile=PositionProfile.flat(3)),
+        # permutation designs need a non-flat profile to separate passages (flat: every ordering
+        # holds the same passages with equal weights)
+        "cyclic/consensus": dict(design="cyclic", outcome="consensus", profile=PositionProfile.recency(3)),
+        "prior/gold": dict(design="prior", budget=2, outcome="gold", profile=PositionProfile.recency(3)),
         "loo/confidence": dict(design="loo", outcome="confidence", profile=PositionProfile.flat(3)),
     }
     ok = True
     for name, kw in setups.items():
         moi = MoI(gen, max_new_tokens=4, seed=0, **kw)
         res = moi.run_many(qs, pss, answers_list=golds if kw["outcome"] == "gold" else None, generate_answer=True)
-        fin = all(_finite(r.utilities) and _finite(r.outcomes) and sorted(r.order) == [0, 1, 2] for r in res)
-        out[name] = {"finite": fin, "utilities": [[round(float(u), 4) for u in r.utilities] for r in res]}
+        fin = all(_finite(r.utilities) and _finite(r.outcomes) and sorted(r.order) == [0, 1, 2]
+                  and (r.raw_utilities is None or _finite(r.raw_utilities)) for r in res)
+        out[name] = {"finite": fin, "fallback": [bool(r.fallback) for r in res],
+                     "raw_utilities": [None if r.raw_utilities is None
+                                       else [round(float(u), 4) for u in r.raw_utilities] for r in res],
+                     "outcomes_range": [round(float(r.outcomes.max() - r.outcomes.min()), 4) for r in res]}
         ok = ok and fin
+    # the reranker a user builds first: default profile (none cached for this model: flat, with a
+    # warning; nothing is calibrated or written), retriever scores as the ridge prior
+    rr = MoIReranker(gen, design="prior", budget=2, max_new_tokens=4)
+    ranked = rr.rank_many(qs, pss, scores=[[3.0, 2.0, 1.0]] * len(qs))
+    fin = all(len(r.hits) == 3 and _finite([h.score for h in r.hits]) for r in ranked)
+    out["MoIReranker prior/consensus"] = {"finite": fin, "profile": str(rr.profile_for(3).meta.get("kind", "?"))}
+    ok = ok and fin
     out["ok"] = ok
     return out
 
@@ -491,6 +504,17 @@ def format_row(row: dict[str, Any]) -> str:
             f"{'PASS' if row['passed'] else 'FAIL':<5}{row['seconds']:6.1f}")
 
 
+def _json_safe(obj: Any) -> Any:
+    """``obj`` with non-finite floats as ``None`` (strict JSON)."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_json_safe(v) for v in obj]
+    return obj
+
+
 def machine_info() -> dict[str, Any]:
     """CPU, Python and library versions."""
     import tokenizers
@@ -544,7 +568,7 @@ def main(argv: list[str] | None = None) -> int:
     n_pass = sum(r["passed"] for r in rows)
     print(f"{n_pass}/{len(rows)} architectures pass (tolerance {args.tol:g}); "
           "score/orders/run_ord/cord-sc = max |ragkit - full forward| log-prob; naive = by-hand LM head gap")
-    write_json(args.out, {
+    write_json(args.out, _json_safe({
         "benchmark": "model_zoo",
         "what": "max |ragkit log-prob - plain full forward + log_softmax| per architecture (tiny random models), "
                 "and whether MoI, CORD's loss and the PS-GRPO reward run with finite numbers",
@@ -555,7 +579,7 @@ def main(argv: list[str] | None = None) -> int:
         "seconds": round(time.perf_counter() - t0, 1),
         "passed": n_pass == len(rows),
         "rows": rows,
-    })
+    }))
     return 0 if n_pass == len(rows) else 1
 
 
