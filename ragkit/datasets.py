@@ -440,6 +440,8 @@ def pooled_corpus(records: Iterable[QARecord]) -> list[Passage]:
 
 def load_hotpotqa(path: str | os.PathLike[str], limit: int | None = None) -> list[QARecord]:
     """Read HotpotQA records from a local JSONL file (distractor-setting schema)."""
+    if limit is not None and limit < 1:  # rows[:-1] would read "all but the last" silently
+        raise ValueError(f"limit must be >= 1 (or None for all records), got {limit}")
     rows = _read_rows(path, "HotpotQA")
     if limit is not None:
         rows = rows[:limit]

@@ -137,6 +137,11 @@ class EvalConfig:
             raise ValueError(f"k must be >= 1, got {self.k}")
         if self.chunk_size < 1:
             raise ValueError(f"chunk_size must be >= 1, got {self.chunk_size}")
+        for name in ("max_new_tokens", "batch_size", "n_bootstrap"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.limit is not None and self.limit < 1:  # never read as "all" or "all but the last"
+            raise ValueError(f"limit must be >= 1 (or None for all questions), got {self.limit}")
 
     def fingerprint(self) -> str:
         """Hash of the fields that change per-question outputs (not n_bootstrap/limit/methods)."""

@@ -40,3 +40,21 @@ def test_reranker_refuses_non_finite_scores(bad: float) -> None:
     ps = [Passage("a", "alpha"), Passage("b", "beta")]
     with pytest.raises(ValueError, match="not a finite number"):
         get_reranker("none").rank("q", ps, [bad, 1.0])
+
+
+@pytest.mark.parametrize("kw", [{"max_new_tokens": 0}, {"limit": -1}, {"limit": 0}, {"n_bootstrap": 0},
+                                {"batch_size": 0}])
+def test_eval_config_refuses_nonsense_counts(kw: dict) -> None:
+    """``max_new_tokens=0`` is not 16 and ``limit=-1`` is not "all": refused before any work."""
+    from ragkit.eval.runner import EvalConfig
+
+    name = next(iter(kw))
+    with pytest.raises(ValueError, match=f"{name} must be >= 1"):
+        EvalConfig(**kw)
+
+
+def test_sample_limit_minus_one_is_not_all_but_the_last() -> None:
+    from ragkit.datasets import sample_records
+
+    with pytest.raises(ValueError, match="limit must be >= 1"):
+        sample_records(-1)
