@@ -136,6 +136,9 @@ def cmd_search(args: argparse.Namespace) -> int:
             kw["model"] = args.embedder
         retriever = load_retriever(args.index, **kw)
         source = str(args.index)
+        if args.embedder and retriever.kind == "bm25":
+            raise ValueError(f"--embedder {args.embedder}: {args.index} is a BM25 index, which uses no embedder; "
+                             "drop --embedder (it checks the encoder of a dense or hybrid index)")
     else:
         from ragkit.datasets import sample_corpus
 
