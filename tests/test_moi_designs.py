@@ -436,3 +436,20 @@ def test_cli_presence_design_and_cached_profile(tiny_lm_dir, tmp_path, monkeypat
 
     gen = Generator(model=str(tiny_lm_dir), show_progress=False)
     assert np.allclose(MoI(gen).profile_for(3).weights, saved["weights"])  # picked up from the cache
+
+
+def test_cli_eval_profile_file(tiny_lm_dir, tmp_path) -> None:
+    """`ragkit eval --profile FILE`: the MoI method and its placement use the given profile."""
+    from ragkit.cli import main
+
+    prof = tmp_path / "prof.json"
+    PositionProfile(np.array([0.1, 0.3, 0.6])).save(prof)  # heaviest last: bias-aware = reversed ranking
+    out = tmp_path / "rep.json"
+    assert main(["eval", "--methods", "none,moi_prior", "--limit", "1", "-k", "3", "--model", str(tiny_lm_dir),
+                 "--max-new-tokens", "2", "--profile", str(prof), "--out", str(out), "--quiet"]) == 0
+    rep = json.loads(out.read_text())
+    assert rep["config"]["method_kwargs"]["moi_prior"] == {"profile": str(prof)}
+    (row,) = [r for r in rep["outputs"] if r["method"] == "moi_prior"]
+    assert [row["candidates"][i] for i in row["order"]] == row["ranking"][::-1]
+    assert main(["eval", "--methods", "none", "--profile", str(tmp_path / "missing.json"),
+                 "--out", str(out)]) == 1

@@ -72,6 +72,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--chunk-size", type=positive_int, default=8,
                    help="questions per run_many call / partial-file append")
     p.add_argument("--bootstrap", type=positive_int, default=1000, help="bootstrap resamples for 95%% intervals")
+    p.add_argument("--profile", default=None, metavar="FILE",
+                   help="position-bias profile JSON for the MoI methods and bias-aware placement (default: the "
+                        "model's cached profile from `ragkit bias-profile`, else flat with a warning)")
     add_output_args(p, out_help="JSON report (default ragkit-eval-report.json)")
     p.add_argument("--report", default=None, help="markdown report (default: --out with .md)")
     p.add_argument("--plot", default=None, metavar="DIR", help="write PNG bar plots here")
@@ -127,12 +130,15 @@ def _run_eval(args: argparse.Namespace) -> int:
     pmt = args.passage_max_tokens
     if pmt is None and sample:
         pmt = SAMPLE_PASSAGE_TOKENS
+    if args.profile and not Path(args.profile).is_file():
+        raise FileNotFoundError(f"--profile {args.profile}: no such file; write one with `ragkit bias-profile`")
     cfg = EvalConfig(
         dataset=dataset, data_file=args.data_file, sample=sample, limit=limit, split=args.split,
         setting=args.setting, retriever=args.retriever, methods=methods, k=args.k, model=args.model,
         embedder=args.embedder, template=args.template, passage_max_tokens=pmt,
         max_new_tokens=args.max_new_tokens, batch_size=args.batch_size, chunk_size=args.chunk_size,
         seed=args.seed, n_bootstrap=args.bootstrap, device=args.device,
+        method_kwargs={m: {"profile": args.profile} for m in methods} if args.profile else {},
     )
     out = args.out or DEFAULT_REPORT
     if sample:
