@@ -25,7 +25,10 @@ Metaspace tokenizer that adds BOS), and the script checks:
   rows' answer log-probs must equal ``Generator.score`` (``cord_vs_score``).
 * PS-GRPO: :func:`build_grpo_dataset` prompts tokenised as the trainer does
   (:func:`ragkit.generation.fitting.encode_prompts`, at most one BOS), sampled rollouts
-  (``g`` per wording) and :class:`ParaphraseSetReward` (exact and ``kappa``-approximate): finite.
+  (``g`` per wording) and :class:`ParaphraseSetReward` (exact and ``kappa``-approximate): finite;
+  the log-probs of the GRPO objective (:class:`PSGRPOTrainer`'s TRL ``_get_per_token_logps``
+  at temperature 0.7, left-padded rows) against the reference divided by the temperature
+  (``trl_logp_gap``).
 
 A row passes when every log-prob gap is below ``--tol`` (1e-4), the answer tokenisation is
 right and every method gives finite numbers.
@@ -148,9 +151,9 @@ ARCHS: dict[str, Arch] = {
     "gemma2": Arch("Gemma2Config", "spm", {"head_dim": 16, "final_logit_softcapping": 2.0,
                                            "attn_logit_softcapping": 5.0, "query_pre_attn_scalar": 16,
                                            "sliding_window": 8}),
-    "granite": Arch("GraniteConfig", "bpe", {"logits_scaling": 0.25, "embedding_multiplier": 2.0,
+    "granite": Arch("GraniteConfig", "bpe", {"logits_scaling": 0.5, "embedding_multiplier": 2.0,
                                              "residual_multiplier": 0.5, "attention_multiplier": 0.25}),
-    "cohere": Arch("CohereConfig", "bpe", {"logit_scale": 4.0}),
+    "cohere": Arch("CohereConfig", "bpe", {"logit_scale": 2.0}),
     "mistral": Arch("MistralConfig", "spm", {"sliding_window": 8}),
     "phi3": Arch("Phi3Config", "bpe", {"pad_token_id": None}),
     "gemma": Arch("GemmaConfig", "spm", {"head_dim": 16}),
@@ -160,7 +163,8 @@ ARCHS: dict[str, Arch] = {
     "stablelm": Arch("StableLmConfig"),
 }
 """Architecture name -> tiny configuration. Extra settings make the post-head transforms bite
-(Granite divides logits by 0.25, Cohere multiplies by 4, Gemma 2 caps them at ±2) and make the
+(Granite divides logits by 0.5, Cohere multiplies them by 2, Gemma 2 caps them at ±2; larger
+factors only make float32 rounding of the large logits approach the tolerance) and make the
 sliding window (8 tokens) shorter than the prompts."""
 
 
@@ -387,8 +391,8 @@ def check_cord(gen: Any, tmp: str) -> dict[str, Any]:
     return out
 
 
-def check_psgrpo(gen: Any, g: int = 2) -> dict[str, Any]:
-    """PS-GRPO prompts, tokenisation, sampled rollouts and the group similarity reward."""
+def check_psgrpo(gen: Any, tmp: str, g: int = 2) -> dict[str, Any]:
+    """PS-GRPO prompts, tokenisation, sampled rollouts, the group similarity reward and TRL's log-probs."""
     from ragkit.generation.fitting import encode_prompts
     from ragkit.paraphrase import ParaphraseSet
     from ragkit.training.psgrpo import ParaphraseSetReward, build_grpo_dataset
@@ -422,8 +426,54 @@ def check_psgrpo(gen: Any, g: int = 2) -> dict[str, Any]:
         fin = len(r) == len(completions) and _finite(r)
         out[name] = {"mean_reward": round(float(sum(r) / len(r)), 6), "finite": fin}
         ok = ok and fin
+    out["trl_logp_gap"] = _trl_logp_gap(gen, ds, completions[:: g], tmp)
     out["ok"] = ok
     return out
+
+
+def _trl_logp_gap(gen: Any, ds: Any, completions: Sequence[str], tmp: str, temperature: float = 0.7) -> float:
+    """``max |TRL policy log-prob - reference|`` of completions after the PS-GRPO prompts.
+
+    The model is saved and loaded back (TRL builds the frozen reference from the folder), a
+    :class:`PSGRPOTrainer` is built, and its ``_get_per_token_logps_and_entropies`` (the log-probs
+    of the GRPO objective, at the rollout temperature) runs on left-padded prompt + completion rows
+    whose prompts the trainer tokenised; the reference is the plain full forward with the logits
+    divided by the temperature.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from ragkit.training.psgrpo import ParaphraseSetReward, PSGRPOConfig, make_trainer
+
+    folder = os.path.join(tmp, "psgrpo-model")
+    gen.model.save_pretrained(folder)
+    gen.tokenizer.save_pretrained(folder)
+    model = AutoModelForCausalLM.from_pretrained(folder).float().eval()
+    tok = gen.tokenizer
+    n = len(ds) // len(set(ds["set_id"]))
+    cfg = PSGRPOConfig(output_dir=os.path.join(tmp, "psgrpo-out"), paraphrases=n, num_generations=2, report_to=[],
+                       use_cpu=True, max_completion_length=6, temperature=temperature, disable_tqdm=True)
+    trainer = make_trainer(model, tok, ds, cfg, ParaphraseSetReward())
+    prompts = list(ds["prompt"])
+    p_ids, _, _ = trainer._tokenize_prompts(prompts)
+    comps = [tok(c if c.strip() else " no", add_special_tokens=False)["input_ids"] or [tok.eos_token_id]
+             for c in completions]
+    wp, wc = max(len(p) for p in p_ids), max(len(c) for c in comps)
+    ids = torch.full((len(prompts), wp + wc), int(tok.pad_token_id), dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for r, (p, c) in enumerate(zip(p_ids, comps)):
+        ids[r, wp - len(p):wp] = torch.tensor(p)
+        ids[r, wp:wp + len(c)] = torch.tensor(c)
+        mask[r, wp - len(p):wp + len(c)] = 1
+    with torch.inference_mode():
+        lp = trainer._get_per_token_logps_and_entropies(model, ids, mask, wc)[0].double()
+        gaps = []
+        for r, (p, c) in enumerate(zip(p_ids, comps)):
+            x = torch.tensor([list(p) + list(c)])
+            lsm = torch.log_softmax(model(input_ids=x, use_cache=False).logits[0].double() / temperature, dim=-1)
+            ref = lsm[torch.arange(len(p) - 1, len(p) - 1 + len(c)), torch.tensor(c)]
+            gaps.append(float((lp[r, :len(c)] - ref).abs().max()))
+    return max(gaps)
 
 
 # ----------------------------------------------------------------------------- driver
@@ -444,7 +494,8 @@ def run_arch(name: str, seed: int = 0, tol: float = TOL, tmp: str | None = None)
         return row
     with tempfile.TemporaryDirectory(prefix="model-zoo-") as d:
         steps = [("scoring", check_scoring), ("moi", check_moi),
-                 ("cord", lambda gen_: check_cord(gen_, tmp or d)), ("psgrpo", check_psgrpo)]
+                 ("cord", lambda gen_: check_cord(gen_, tmp or d)),
+                 ("psgrpo", lambda gen_: check_psgrpo(gen_, tmp or d))]
         errors = []
         for key, fn in steps:
             t1 = time.perf_counter()
@@ -460,6 +511,7 @@ def run_arch(name: str, seed: int = 0, tol: float = TOL, tmp: str | None = None)
     gaps = [sc.get(k, math.inf) for k in ("score_gap", "score_orderings_gap", "run_orderings_gap",
                                           "run_orderings_own_gap")]
     gaps.append(row.get("cord", {}).get("cord_vs_score", math.inf))
+    gaps.append(row.get("psgrpo", {}).get("trl_logp_gap", math.inf))
     row["max_gap"] = max(gaps)
     row["passed"] = bool(not errors and row["max_gap"] < tol and sc.get("answer_tokens_ok")
                          and all(row[k].get("ok") for k in ("moi", "cord", "psgrpo")))
@@ -482,7 +534,7 @@ def run_zoo(archs: Sequence[str], seed: int = 0, tol: float = TOL, show: bool = 
 
 
 HEADER = (f"{'arch':<11}{'tok':<5}{'tmpl':<6}{'reuse':<6}{'score':>9}{'orders':>9}{'run_ord':>9}{'cord/sc':>9}"
-          f"{'naive':>9}{'ref_lp':>8}  {'MoI':<4}{'CORD':<5}{'GRPO':<5}{'pass':<5}{'s':>6}")
+          f"{'trl':>9}{'naive':>9}{'ref_lp':>8}  {'MoI':<4}{'CORD':<5}{'GRPO':<5}{'pass':<5}{'s':>6}")
 
 
 def _fmt(x: Any) -> str:
@@ -498,7 +550,8 @@ def format_row(row: dict[str, Any]) -> str:
     return (f"{row['arch']:<11}{row['tokenizer']:<5}{sc.get('template', '-'):<6}"
             f"{({True: 'yes', False: 'no'}).get(sc.get('prefix_reuse'), '-'):<6}"
             f"{_fmt(sc.get('score_gap'))}{_fmt(sc.get('score_orderings_gap'))}{_fmt(sc.get('run_orderings_gap'))}"
-            f"{_fmt(row.get('cord', {}).get('cord_vs_score'))}{_fmt(sc.get('naive_head_gap'))}"
+            f"{_fmt(row.get('cord', {}).get('cord_vs_score'))}{_fmt(row.get('psgrpo', {}).get('trl_logp_gap'))}"
+            f"{_fmt(sc.get('naive_head_gap'))}"
             f"{sc.get('ref_mean_logprob', math.nan):8.2f}  "
             f"{flag[row['moi'].get('ok')]:<4}{flag[row['cord'].get('ok')]:<5}{flag[row['psgrpo'].get('ok')]:<5}"
             f"{'PASS' if row['passed'] else 'FAIL':<5}{row['seconds']:6.1f}")
@@ -561,13 +614,17 @@ def main(argv: list[str] | None = None) -> int:
     from ragkit.io import write_json
 
     logging.basicConfig(level=logging.ERROR)
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
     torch.set_num_threads(args.threads)
     t0 = time.perf_counter()
     print(HEADER)
     rows = run_zoo(args.archs, seed=args.seed, tol=args.tol)
     n_pass = sum(r["passed"] for r in rows)
     print(f"{n_pass}/{len(rows)} architectures pass (tolerance {args.tol:g}); "
-          "score/orders/run_ord/cord-sc = max |ragkit - full forward| log-prob; naive = by-hand LM head gap")
+          "score/orders/run_ord/cord-sc/trl = max |ragkit (TRL for PS-GRPO) - full forward| log-prob; "
+          "naive = by-hand LM head gap")
     write_json(args.out, _json_safe({
         "benchmark": "model_zoo",
         "what": "max |ragkit log-prob - plain full forward + log_softmax| per architecture (tiny random models), "

@@ -53,6 +53,7 @@ def test_model_zoo_two_architectures_pass(zoo: ModuleType, tmp_path: Path, one_t
         for key in ("score_gap", "score_orderings_gap", "run_orderings_gap", "run_orderings_own_gap"):
             assert sc[key] < 1e-4, (name, key, sc[key])
         assert row["cord"]["cord_vs_score"] < 1e-4
+        assert row["psgrpo"]["trl_logp_gap"] < 1e-4  # the GRPO objective's log-probs (TRL, temperature 0.7)
         assert sc["answer_tokens_ok"], name
         # the check can fail: the LM head applied by hand is far off on these architectures
         assert sc["naive_head_gap"] > 1.0, (name, sc["naive_head_gap"])
