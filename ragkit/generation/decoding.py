@@ -252,8 +252,9 @@ def verify_drafts(
     ``decode(d + [t])``) or ``|d|`` is ``max_new_tokens``. The result is then exactly what
     :func:`generate` returns (cut at the stop string), at the cost of one prefill of ``x + d``
     instead of ``|d| + 1`` decode steps. A rejected draft costs nothing more: its row is decoded
-    greedily from the prompt's cache of that same forward. Prompts without a usable draft give
-    ``None`` (the caller generates them).
+    greedily from the prompt's cache of that same forward (a sliding-window cache, which cannot be
+    rolled back, leaves the row ``None``). Prompts without a usable draft give ``None`` (the caller
+    generates them).
     """
     import torch
     from transformers import DynamicCache
