@@ -31,16 +31,34 @@ __all__ = [
 
 
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
-    """Write ``text`` to ``path`` through a temp file in the same folder and ``os.replace``."""
+    """Write ``text`` to ``path`` through a temp file in the same folder and ``os.replace``.
+
+    A ``path`` that exists and is not a regular file (``/dev/stdout``, a FIFO, a device) is
+    written into, never replaced. A failed write (a full disk) raises an :class:`OSError` naming
+    ``path`` and leaves no temp file; the previous ``path`` stays as it was.
+    """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+    if path.exists() and not path.is_file() and not path.is_dir():  # a stream or device: never replace it
+        try:
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(text)
+        except OSError as e:
+            raise OSError(e.errno, f"could not write {path}: {e.strerror}") from None
+        return
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+    except OSError as e:
+        raise OSError(e.errno, f"could not write {path}: {e.strerror} ({e.filename or path.parent})") from None
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+    except OSError as e:
+        Path(tmp).unlink(missing_ok=True)
+        raise OSError(e.errno, f"could not write {path}: {e.strerror}; {path} was left as it was") from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

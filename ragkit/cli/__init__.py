@@ -166,7 +166,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except _USER_ERRORS as e:
         if verbose:
             traceback.print_exc()
-        msg = " ".join(str(e).split()) or type(e).__name__
+        text = str(e)
+        if isinstance(e, OSError) and e.strerror:  # "[Errno 28] ..." -> the message and the path it names
+            text = e.strerror + (f": {e.filename}" if e.filename else "")
+        msg = " ".join(text.split()) or type(e).__name__
         print(f"ragkit: error: {msg}", file=sys.stderr)
         return 1
     except Exception as e:  # a bug: its traceback helps, but only when asked for

@@ -58,3 +58,47 @@ def test_sample_limit_minus_one_is_not_all_but_the_last() -> None:
 
     with pytest.raises(ValueError, match="limit must be >= 1"):
         sample_records(-1)
+
+
+def test_atomic_write_never_replaces_a_device(tmp_path) -> None:
+    """``--out /dev/full`` once replaced the device node with a regular file (as root); now it says the disk is full."""
+    import os
+    import stat
+    from pathlib import Path
+
+    from ragkit.io import atomic_write_text, write_json
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    r = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # a reader, so opening the FIFO for writing does not block
+    try:
+        atomic_write_text(fifo, "hello")
+        assert os.read(r, 100) == b"hello"
+    finally:
+        os.close(r)
+    assert stat.S_ISFIFO(fifo.stat().st_mode)  # still the FIFO, not a file put in its place
+    if Path("/dev/full").exists():
+        with pytest.raises(OSError, match="could not write /dev/full"):
+            write_json("/dev/full", {"a": 1})
+        assert stat.S_ISCHR(Path("/dev/full").stat().st_mode)
+
+
+def test_failed_write_names_the_file_and_leaves_no_temp(tmp_path, monkeypatch) -> None:
+    """A write that fails half-way (a full disk) names the file; the old content stays, no temp file is left."""
+    import os
+
+    from ragkit.io import atomic_write_text
+
+    target = tmp_path / "r.json"
+    target.write_text("old")
+    real_fsync = os.fsync
+
+    def full(fd: int) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full)
+    with pytest.raises(OSError, match=r"could not write .*r\.json: No space left"):
+        atomic_write_text(target, "new")
+    monkeypatch.setattr(os, "fsync", real_fsync)
+    assert target.read_text() == "old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json"]
