@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import tempfile
+import zlib
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -180,17 +181,30 @@ def read_jsonl(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"no such file: {path}")
+    if path.is_dir():
+        raise IsADirectoryError(f"{path} is a folder; pass a JSONL file (one JSON object per line)")
     opener = gzip.open if path.suffix == ".gz" else open
     out: list[dict[str, Any]] = []
-    with opener(path, "rt", encoding="utf-8") as f:  # type: ignore[operator]
-        for i, line in enumerate(f, 1):
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                out.append(json.loads(line))
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path}:{i}: not valid JSON ({e.msg}); fix or remove that line") from e
+    i = 0
+    try:
+        with opener(path, "rt", encoding="utf-8") as f:  # type: ignore[operator]
+            for i, line in enumerate(f, 1):
+                line = line.strip()
+                if not line:
+                    continue
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise ValueError(f"{path}:{i}: not valid JSON ({e.msg}); fix or remove that line") from e
+                if not isinstance(row, dict):
+                    raise ValueError(f"{path}:{i}: a JSON {type(row).__name__}, expected one JSON object per line "
+                                     '(e.g. {"id": ..., "text": ...})')
+                out.append(row)
+    except (EOFError, gzip.BadGzipFile, zlib.error) as e:  # a truncated or damaged .gz
+        raise ValueError(f"{path}: the compressed file is damaged or cut short after line {i} ({e}); "
+                         "download or compress it again") from e
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path}:{i + 1}: not UTF-8 text ({e.reason}); is it a JSONL file?") from e
     return out
 
 

@@ -371,8 +371,16 @@ class PositionProfile:
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> PositionProfile:
         """Read a profile written by :meth:`save`."""
-        with open(path, encoding="utf-8") as f:
-            return cls.from_dict(json.load(f))
+        try:
+            with open(path, encoding="utf-8") as f:
+                data = json.load(f)
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise ValueError(f"{path} is not a position profile (not JSON: {e}); write one with "
+                             "`ragkit bias-profile --out FILE`") from None
+        if not isinstance(data, dict):
+            raise ValueError(f"{path} is not a position profile (a JSON {type(data).__name__}, expected an "
+                             "object with 'weights'); write one with `ragkit bias-profile --out FILE`")
+        return cls.from_dict(data)
 
     def plot(self, path: str | os.PathLike[str], title: str | None = None) -> None:
         """Save a bar chart of the weights (matplotlib, Agg backend) to ``path`` (PNG)."""

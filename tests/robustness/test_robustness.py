@@ -102,3 +102,33 @@ def test_failed_write_names_the_file_and_leaves_no_temp(tmp_path, monkeypatch) -
     monkeypatch.setattr(os, "fsync", real_fsync)
     assert target.read_text() == "old"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json"]
+
+
+def test_read_jsonl_names_the_file_for_bad_shapes(tmp_path) -> None:
+    """A JSON array line, a truncated .gz and a folder were a TypeError / EOFError traceback before."""
+    import gzip
+
+    from ragkit.io import read_jsonl
+
+    arr = tmp_path / "arr.jsonl"
+    arr.write_text('[{"id": "a", "text": "x"}]\n')
+    with pytest.raises(ValueError, match=r"arr\.jsonl:1: a JSON list, expected one JSON object per line"):
+        read_jsonl(arr)
+    gz = tmp_path / "c.jsonl.gz"
+    gz.write_bytes(gzip.compress(b'{"id": "a", "text": "x"}\n' * 200)[:60])
+    with pytest.raises(ValueError, match=r"c\.jsonl\.gz: the compressed file is damaged or cut short"):
+        read_jsonl(gz)
+    with pytest.raises(IsADirectoryError, match="is a folder"):
+        read_jsonl(tmp_path)
+
+
+def test_profile_that_is_not_json_names_the_file(tmp_path) -> None:
+    from ragkit.debias.profile import PositionProfile
+
+    p = tmp_path / "p.json"
+    p.write_text("weights: 1 2 3")
+    with pytest.raises(ValueError, match=r"p\.json is not a position profile"):
+        PositionProfile.load(p)
+    p.write_text("[1, 2]")
+    with pytest.raises(ValueError, match=r"p\.json is not a position profile \(a JSON list"):
+        PositionProfile.load(p)
