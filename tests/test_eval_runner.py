@@ -73,7 +73,7 @@ def test_resume_rejects_other_config(tmp_path: Path, tiny_gen) -> None:
 def _cli_cmd(tiny_lm_dir: Path, out: Path, limit: int) -> list[str]:
     return [sys.executable, "-m", "ragkit.cli", "eval", "--model", str(tiny_lm_dir), "--limit", str(limit),
             "--k", "4", "--passage-max-tokens", "16", "--max-new-tokens", "4", "--chunk-size", "2",
-            "--bootstrap", "20", "--device", "cpu", "--out", str(out)]
+            "--bootstrap", "20", "--device", "cpu", "--methods", "none", "--out", str(out)]
 
 
 def _env() -> dict[str, str]:
