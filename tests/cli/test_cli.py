@@ -24,7 +24,7 @@ def _readme_commands() -> list[str]:
     cmds: list[str] = []
     for block in re.findall(r"```bash\n(.*?)```", text, flags=re.S):
         for line in block.replace("\\\n", " ").splitlines():
-            line = line.split("  #")[0].strip()
+            line = line.strip()
             line = re.sub(r"^accelerate launch( --\S+ \S+)* -m ragkit\.cli ", "ragkit ", line)
             if line.startswith("ragkit "):
                 cmds.append(line.split(" > ")[0].split(" && ")[0])
@@ -37,7 +37,7 @@ def test_readme_commands_parse() -> None:
     assert len(cmds) >= 15
     parser = build_parser()
     for cmd in cmds:
-        argv = shlex.split(cmd)[1:]
+        argv = shlex.split(cmd, comments=True)[1:]
         try:
             args = parser.parse_args(argv)
         except SystemExit as e:  # pragma: no cover - the failure message names the command
