@@ -725,9 +725,9 @@ def cases() -> list[Case]:
     add(C("train", "cord without --output_dir", ["train", "cord", "--data_file", "{hotpot}"], "error",
           r"output_dir", fast=True))
     add(C("train", "cord --output_dir is a file", ["train", "cord", "--data_file", "{hotpot}", "--output_dir",
-                                                   "notes.txt", "--model_name_or_path", LM], "error", r"notes.txt"))
+                                                   "notes.txt", "--model", LM], "error", r"notes.txt"))
     add(C("train", "cord --output_dir the project folder", ["train", "cord", "--data_file", "{hotpot}",
-                                                            "--output_dir", "project", "--model_name_or_path",
+                                                            "--output_dir", "project", "--model",
                                                             LM, "--max_steps", "1"], "error",
           r"project|other files|refus"))
     add(C("train", "cord --learning_rate abc", ["train", "cord", "--learning_rate", "abc"], "usage", r"invalid",
@@ -741,14 +741,14 @@ def cases() -> list[Case]:
     add(C("train", "cord --config not a mapping", ["train", "cord", "--config", "c.yaml"], "usage", r"c\.yaml",
           setup=_w("c.yaml", "- a\n- b\n")))
     add(C("train", "cord --data_file missing", ["train", "cord", "--data_file", "nope.jsonl", "--output_dir", "r",
-                                               "--model_name_or_path", LM], "error", r"nope"))
+                                               "--model", LM], "error", r"nope"))
     add(C("train", "cord --model missing", ["train", "cord", "--data_file", "{hotpot}", "--output_dir", "r",
-                                           "--model_name_or_path", "./no-such"], "error", r"no such|no-such"))
+                                           "--model", "./no-such"], "error", r"no such|no-such"))
     add(C("train", "cord --resume_from_checkpoint last with no checkpoint",
-          ["train", "cord", "--data_file", "{hotpot}", "--output_dir", "r", "--model_name_or_path", LM,
+          ["train", "cord", "--data_file", "{hotpot}", "--output_dir", "r", "--model", LM,
            "--resume_from_checkpoint", "./no-ckpt", "--max_steps", "1"], "error", r"no-ckpt|checkpoint"))
     add(C("train", "cord resume from a damaged checkpoint",
-          ["train", "cord", "--data_file", "{hotpot}", "--output_dir", "r", "--model_name_or_path", LM,
+          ["train", "cord", "--data_file", "{hotpot}", "--output_dir", "r", "--model", LM,
            "--resume_from_checkpoint", "r/checkpoint-1", "--max_steps", "2"], "error", r"checkpoint",
           setup=_w("r/checkpoint-1/trainer_state.json", "{torn")))
     add(C("train", "cord --use_cpu false --device cuda-ish", ["train", "cord", "--device", "cuda"],
@@ -758,7 +758,7 @@ def cases() -> list[Case]:
     add(C("train", "psgrpo --limit 0", ["train", "psgrpo", "--limit", "0", "--output_dir", "r"], "usage|error",
           r">= 1|limit"))
     add(C("train", "psgrpo --output_dir is a file", ["train", "psgrpo", "--output_dir", "notes.txt",
-                                                     "--model_name_or_path", LM, "--data_file", "{hotpot}"], "error",
+                                                     "--model", LM, "--data_file", "{hotpot}"], "error",
           r"notes.txt"))
 
     # -- distill
