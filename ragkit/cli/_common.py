@@ -24,6 +24,7 @@ __all__ = [
     "add_k_arg",
     "add_verbosity_args",
     "positive_int",
+    "positive_float",
     "non_negative_int",
     "emit",
 ]
@@ -37,6 +38,19 @@ def positive_int(s: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {s!r}") from e
     if v < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {v}")
+    return v
+
+
+def positive_float(s: str) -> float:
+    """``argparse`` type: a finite number > 0 (``nan``, ``inf``, 0 and negatives are refused)."""
+    import math
+
+    try:
+        v = float(s)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"expected a number, got {s!r}") from e
+    if not math.isfinite(v) or v <= 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {s}")
     return v
 
 

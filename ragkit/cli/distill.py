@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ragkit.cli._common import add_data_args, add_output_args, emit, positive_int
+from ragkit.cli._common import add_data_args, add_output_args, emit, positive_float, positive_int
 
 
 def _add_train_args(p: argparse.ArgumentParser, required: bool) -> None:
@@ -26,11 +26,11 @@ def _add_train_args(p: argparse.ArgumentParser, required: bool) -> None:
                    help="encoder to start from: sentence-transformers/HF path or hub id (default: embedded MiniLM)")
     p.add_argument("--loss", default="ranknet", choices=("ranknet", "listnet", "lambdaloss"),
                    help="pairwise RankNet (default) or listwise ListNet / LambdaLoss")
-    p.add_argument("--epochs", type=float, default=2.0, help="passes over the labels (default 2)")
+    p.add_argument("--epochs", type=positive_float, default=2.0, help="passes over the labels (default 2)")
     p.add_argument("--batch-size", type=positive_int, default=4, help="questions per optimisation step (default 4)")
-    p.add_argument("--lr", type=float, default=2e-5, help="AdamW learning rate (default 2e-5)")
+    p.add_argument("--lr", type=positive_float, default=2e-5, help="AdamW learning rate (default 2e-5)")
     p.add_argument("--max-length", type=positive_int, default=256, help="token limit of a (question, passage) pair")
-    p.add_argument("--temperature", type=float, default=1.0, help="target temperature (z-scored u / T)")
+    p.add_argument("--temperature", type=positive_float, default=1.0, help="target temperature (z-scored u / T)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="auto")
     add_output_args(p, folder=True, required=required, out_help="folder for the trained student (written atomically)")
