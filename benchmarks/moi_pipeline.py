@@ -139,6 +139,48 @@ def main(argv: list[str] | None = None) -> int:
         "floor_tokens": "shared prefix + each ordering's distinct tokens + the final prompt",
         "designs": {},
     }
+    def summarise(done: int, final: bool) -> None:
+        out["n_questions"] = done
+        for name, acc in accs.items():
+            n = done
+            out["designs"][name] = {
+                "M": acc["M"],
+                "before_s_per_query": acc["before_s"] / n,
+                "after_s_per_query": acc["after_s"] / n,
+                "speedup_vs_before": acc["before_s"] / acc["after_s"],
+                "prefill_tokens_before_per_query": acc["before_tokens"] / n,
+                "prefill_tokens_after_per_query": acc["after_tokens"] / n,
+                "decode_tokens_before_per_query": acc["before_decode"] / n,
+                "decode_tokens_after_per_query": acc["after_decode"] / n,
+                "floor_tokens_per_query": acc["floor"] / n,
+                "prefill_tokens_ratio_before": acc["before_tokens"] / acc["floor"],
+                "prefill_tokens_ratio": acc["after_tokens"] / acc["floor"],
+                "generator_calls_before_per_query": acc["before_calls"] / n,
+                "generator_calls_after_per_query": acc["after_calls"] / n,
+                "final_answer_reused": acc["final_reused"],
+                "identical_outputs": acc["identical"] == n,
+                "n_identical": acc["identical"],
+                "max_abs_utility_diff": acc["max_utility_diff"],
+            }
+        cyc = out["designs"]["cyclic"]
+        out["consensus_speedup_vs_before"] = cyc["speedup_vs_before"]
+        out["prefill_tokens_ratio"] = max(d["prefill_tokens_ratio"] for d in out["designs"].values())
+        out["identical_outputs"] = all(d["identical_outputs"] for d in out["designs"].values())
+        out["targets"] = {"prefill_tokens_ratio <= 1.15": out["prefill_tokens_ratio"] <= 1.15,
+                          "consensus_speedup_vs_before >= 1.7": out["consensus_speedup_vs_before"] >= 1.7}
+        if not final:
+            write_json(args.out, out)
+            return
+        print(f"moi_pipeline: {gen.name}, {out['device']}, {args.threads} threads, n={done}, k={args.k}")
+        print(f"{'design':7} {'M':>3} {'before s/q':>10} {'after s/q':>9} {'speedup':>8} {'prefill before':>14} "
+              f"{'prefill after':>13} {'floor':>7} {'ratio':>6} {'identical':>9}")
+        for name, d in out["designs"].items():
+            print(f"{name:7} {d['M']:>3} {d['before_s_per_query']:>10.2f} {d['after_s_per_query']:>9.2f} "
+                  f"{d['speedup_vs_before']:>8.2f} {d['prefill_tokens_before_per_query']:>14.0f} "
+                  f"{d['prefill_tokens_after_per_query']:>13.0f} {d['floor_tokens_per_query']:>7.0f} "
+                  f"{d['prefill_tokens_ratio']:>6.3f} {d['n_identical']:>6}/{done}")
+        write_json(args.out, out)
+
     t_all = time.perf_counter()
     accs: dict[str, dict[str, Any]] = {
         name: {"before_s": 0.0, "after_s": 0.0, "before_tokens": 0, "after_tokens": 0, "before_decode": 0,
@@ -175,43 +217,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name} question {qi + 1}/{len(records)}: before {tb:.2f} s, after {ta:.2f} s, "
                   f"identical={same} ({time.perf_counter() - t_all:.0f} s)", file=sys.stderr)
         done += 1
-    out["n_questions"] = done
-    for name, acc in accs.items():
-        n = done
-        out["designs"][name] = {
-            "M": acc["M"],
-            "before_s_per_query": acc["before_s"] / n,
-            "after_s_per_query": acc["after_s"] / n,
-            "speedup_vs_before": acc["before_s"] / acc["after_s"],
-            "prefill_tokens_before_per_query": acc["before_tokens"] / n,
-            "prefill_tokens_after_per_query": acc["after_tokens"] / n,
-            "decode_tokens_before_per_query": acc["before_decode"] / n,
-            "decode_tokens_after_per_query": acc["after_decode"] / n,
-            "floor_tokens_per_query": acc["floor"] / n,
-            "prefill_tokens_ratio_before": acc["before_tokens"] / acc["floor"],
-            "prefill_tokens_ratio": acc["after_tokens"] / acc["floor"],
-            "generator_calls_before_per_query": acc["before_calls"] / n,
-            "generator_calls_after_per_query": acc["after_calls"] / n,
-            "final_answer_reused": acc["final_reused"],
-            "identical_outputs": acc["identical"] == n,
-            "n_identical": acc["identical"],
-            "max_abs_utility_diff": acc["max_utility_diff"],
-        }
-    cyc = out["designs"]["cyclic"]
-    out["consensus_speedup_vs_before"] = cyc["speedup_vs_before"]
-    out["prefill_tokens_ratio"] = max(d["prefill_tokens_ratio"] for d in out["designs"].values())
-    out["identical_outputs"] = all(d["identical_outputs"] for d in out["designs"].values())
-    out["targets"] = {"prefill_tokens_ratio <= 1.15": out["prefill_tokens_ratio"] <= 1.15,
-                      "consensus_speedup_vs_before >= 1.7": out["consensus_speedup_vs_before"] >= 1.7}
-    print(f"moi_pipeline: {gen.name}, {out['device']}, {args.threads} threads, n={done}, k={args.k}")
-    print(f"{'design':7} {'M':>3} {'before s/q':>10} {'after s/q':>9} {'speedup':>8} {'prefill before':>14} "
-          f"{'prefill after':>13} {'floor':>7} {'ratio':>6} {'identical':>9}")
-    for name, d in out["designs"].items():
-        print(f"{name:7} {d['M']:>3} {d['before_s_per_query']:>10.2f} {d['after_s_per_query']:>9.2f} "
-              f"{d['speedup_vs_before']:>8.2f} {d['prefill_tokens_before_per_query']:>14.0f} "
-              f"{d['prefill_tokens_after_per_query']:>13.0f} {d['floor_tokens_per_query']:>7.0f} "
-              f"{d['prefill_tokens_ratio']:>6.3f} {d['n_identical']:>6}/{done}")
-    write_json(args.out, out)
+        summarise(done, False)  # partial results survive an interrupted run
+    summarise(done, True)
     return 0
 
 
