@@ -171,7 +171,7 @@ class RAGPipeline:
             :class:`ragkit.debias.MoIReranker`; ``placement="ranked"`` keeps the ranking order;
             ``passage_max_tokens`` goes to the generator); otherwise answer from the retriever order.
         """
-        from ragkit.generation import Generator
+        from ragkit.generation import load_generator
         from ragkit.retrievers import BM25Retriever, load_retriever
 
         if index:
@@ -180,7 +180,7 @@ class RAGPipeline:
             from ragkit.datasets import sample_corpus
 
             retriever = BM25Retriever().index(sample_corpus())
-        gen = Generator(model, device=device, passage_max_tokens=moi_kwargs.pop("passage_max_tokens", None))
+        gen = load_generator(model, device=device, passage_max_tokens=moi_kwargs.pop("passage_max_tokens", None))
         placement = moi_kwargs.pop("placement", "bias_aware") if use_moi else "none"
         if use_moi:
             from ragkit.debias.reranker import MoIReranker

@@ -94,14 +94,14 @@ def _train(args: argparse.Namespace) -> int:
 
 def _labels(args: argparse.Namespace) -> int:
     from ragkit.datasets import load_dataset
-    from ragkit.generation import Generator
+    from ragkit.generation import load_generator
     from ragkit.training.labels import generate_labels
 
     records = load_dataset(args.dataset or "auto", args.data_file, limit=args.limit)
     gen_kw: dict[str, Any] = {"device": args.device}
     if args.passage_max_tokens is not None:
         gen_kw["passage_max_tokens"] = args.passage_max_tokens
-    generator = Generator(args.model, **gen_kw)
+    generator = load_generator(args.model, **gen_kw)
     moi_kwargs: dict[str, Any] = {}
     if args.profile:
         from ragkit.debias import PositionProfile

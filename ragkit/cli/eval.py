@@ -113,9 +113,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _generator(args: argparse.Namespace) -> Any:
     """The sweep's and the consistency run's generator; its batch bars are their progress (``--quiet``: off)."""
-    from ragkit.generation import Generator
+    from ragkit.generation import load_generator
 
-    return Generator(model=args.model, device=args.device, template=args.template, batch_size=args.batch_size,
+    return load_generator(args.model, device=args.device, template=args.template, batch_size=args.batch_size,
                      passage_max_tokens=args.passage_max_tokens, show_progress=None)
 
 

@@ -37,9 +37,9 @@ def _budget(s: str) -> int | str:
 
 def generator_from_args(args: argparse.Namespace) -> Any:
     """The generator named by the model arguments."""
-    from ragkit.generation import Generator
+    from ragkit.generation import load_generator
 
-    return Generator(args.model, device=args.device, template=args.template, batch_size=args.batch_size,
+    return load_generator(args.model, device=args.device, template=args.template, batch_size=args.batch_size,
                      passage_max_tokens=args.passage_max_tokens)
 
 

@@ -417,10 +417,10 @@ def run_eval(
         all_cands = candidates_for(cfg, recs)
         cands_by_id = {r.id: c for r, c in zip(recs, all_cands)}
         if generator is None:
-            from ragkit.generation import Generator
+            from ragkit.generation import load_generator
 
-            generator = Generator(
-                model=cfg.model,
+            generator = load_generator(
+                cfg.model,
                 device=cfg.device,
                 template=cfg.template,
                 batch_size=cfg.batch_size,
