@@ -16,6 +16,7 @@ import argparse
 import logging
 import textwrap
 import time
+from pathlib import Path
 from typing import Any
 
 from ragkit.cli._common import add_k_arg, add_output_args, emit, positive_int
@@ -84,12 +85,14 @@ def _build_retriever(args: argparse.Namespace) -> Any:
 
 def cmd_index(args: argparse.Namespace) -> int:
     """Handler of ``ragkit index``."""
-    from ragkit.io import check_writable_dir, read_jsonl
-    from ragkit.types import Passage
+    from ragkit.io import check_writable_dir
+    from ragkit.retrievers.base import iter_passages
 
     check_writable_dir(args.out, "index", args.overwrite)  # before any work
     if args.corpus:
-        passages = [Passage.from_dict(r) for r in read_jsonl(args.corpus)]
+        if not Path(args.corpus).is_file():
+            raise FileNotFoundError(f"no such corpus file: {args.corpus}")
+        passages = iter_passages(args.corpus)  # streamed: the corpus is never held whole
         source = args.corpus
     else:
         from ragkit.datasets import sample_corpus
