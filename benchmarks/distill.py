@@ -35,8 +35,8 @@ import os
 import platform
 import sys
 import time
-from pathlib import Path
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -46,7 +46,7 @@ sys.path.insert(0, str(ROOT))
 
 from ragkit.datasets import load_hotpotqa  # noqa: E402
 from ragkit.eval.metrics import exact_match_max, f1_max, ir_metrics  # noqa: E402
-from ragkit.io import append_jsonl, read_appended_jsonl, read_jsonl, write_json  # noqa: E402
+from ragkit.io import append_jsonl, read_appended_jsonl, write_json  # noqa: E402
 from ragkit.types import Passage, QARecord, RankedList  # noqa: E402
 
 logger = logging.getLogger("benchmarks.distill")

@@ -99,8 +99,8 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from ragkit.debias import PositionProfile, get_method
     from ragkit.datasets import load_hotpotqa
+    from ragkit.debias import PositionProfile, get_method
     from ragkit.eval.metrics import exact_match_max, f1_max, ir_metrics_per_query
     from ragkit.generation import Generator
     from ragkit.io import write_json

@@ -106,7 +106,8 @@ def main() -> None:
     res: dict = {"machine": f"CPU ({platform.processor() or platform.machine()}), "
                             f"{torch.get_num_threads()} torch threads, shared with other jobs",
                  "rewards": bench_rewards([(6, 4), (16, 4), (16, 8)], kappa=3, s=1, repeats=args.repeats)}
-    print(f"{'n':>3} {'g':>3} {'exact cmp':>9} {'approx cmp':>10} {'exact ms':>9} {'approx ms':>9} {'speedup':>7} {'MAD':>6}")
+    print(f"{'n':>3} {'g':>3} {'exact cmp':>9} {'approx cmp':>10} {'exact ms':>9} {'approx ms':>9} "
+          f"{'speedup':>7} {'MAD':>6}")
     for r in res["rewards"]:
         print(f"{r['n']:>3} {r['g']:>3} {r['exact_comparisons']:>9} {r['approx_comparisons']:>10} "
               f"{r['exact_ms']:>9.2f} {r['approx_ms']:>9.2f} {r['speedup']:>7.1f} {r['mean_abs_dev_from_exact']:>6.3f}")

@@ -29,7 +29,8 @@ def random_runs(n_runs: int, n_queries: int = 6, n_docs: int = 40, depth: int = 
 
 
 def test_rrf_equals_ranx_exactly() -> None:
-    from ranx import Run, fuse as ranx_fuse
+    from ranx import Run
+    from ranx import fuse as ranx_fuse
 
     runs = random_runs(3)
     ours = rrf(runs, k=60)
@@ -53,7 +54,8 @@ def test_rrf_formula_by_hand() -> None:
 
 @pytest.mark.slow  # ranx JIT-compiles its min-max and wsum kernels (~20-40 s on a loaded CPU)
 def test_minmax_fusion_equals_ranx_wsum() -> None:
-    from ranx import Run, fuse as ranx_fuse
+    from ranx import Run
+    from ranx import fuse as ranx_fuse
 
     runs = random_runs(2, seed=3)
     w = [0.7, 0.3]
