@@ -1,6 +1,6 @@
 """The package's import layers hold: CI fails when a module imports from a layer above it.
 
-The rules are data in ``tests/layers.json`` (the rules of ``../shared/tools/layers.json`` plus the
+The rules are data in ``tests/core/layers.json`` (the rules of ``../shared/tools/layers.json`` plus the
 shared core). Every import counts, including those inside functions and under ``TYPE_CHECKING``;
 relative imports are resolved.
 """
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 RULES = json.loads((Path(__file__).with_name("layers.json")).read_text(encoding="utf-8"))
 
 
