@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import pickle  # only for its exception type: ragkit never loads a pickle
 import sys
 import traceback
 from collections.abc import Callable, Sequence
@@ -163,6 +164,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("ragkit: interrupted", file=sys.stderr)
         return 130
+    except pickle.UnpicklingError as e:  # torch.load(weights_only=True) refused a pickled .bin / .pt
+        if verbose:
+            traceback.print_exc()
+        print("ragkit: error: refused to load pickled model weights (a .bin/.pt file): ragkit loads only "
+              f"safetensors; save the model with safe_serialization=True ({' '.join(str(e).split())[:120]})",
+              file=sys.stderr)
+        return 1
     except _USER_ERRORS as e:
         if verbose:
             traceback.print_exc()
