@@ -15,6 +15,8 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import contextlib
+import sys
 from typing import Any
 
 from ragkit.cli._common import add_data_args, add_output_args, emit, positive_float, positive_int
@@ -72,20 +74,21 @@ def _train(args: argparse.Namespace) -> int:
 
     if not args.labels or not args.out:
         raise ValueError("`ragkit distill` needs --labels FILE and --out DIR (or use `ragkit distill labels ...`)")
-    res = train_student(
-        args.labels,
-        args.out,
-        base_model=args.base_model,
-        loss=args.loss,
-        epochs=args.epochs,
-        batch_size=args.batch_size,
-        lr=args.lr,
-        seed=args.seed,
-        max_length=args.max_length,
-        temperature=args.temperature,
-        device=args.device,
-        overwrite=args.overwrite,
-    )
+    with contextlib.redirect_stdout(sys.stderr):  # the Trainer prints its logs; stdout is for --json
+        res = train_student(
+            args.labels,
+            args.out,
+            base_model=args.base_model,
+            loss=args.loss,
+            epochs=args.epochs,
+            batch_size=args.batch_size,
+            lr=args.lr,
+            seed=args.seed,
+            max_length=args.max_length,
+            temperature=args.temperature,
+            device=args.device,
+            overwrite=args.overwrite,
+        )
     emit(res.to_dict(), args,
          f"trained {args.loss} student on {res.num_queries} questions ({res.num_pairs} pairs) in "
          f"{res.seconds:.1f} s; training loss {res.initial_loss:.4f} -> {res.final_loss:.4f}; saved to {args.out}")
