@@ -18,6 +18,11 @@ spec                      reranker
 ``moi_random``            MoI, random design (M = k), ``consensus``
 ``moi_confidence``        MoI, cyclic design, ``confidence`` outcome
 ``moi_gold``              MoI, cyclic design, ``gold`` outcome (reads reference answers: an oracle)
+``moi_auto``              MoI, cyclic orderings added in rounds until the top is stable (``budget="auto"``)
+``moi_loo``               MoI, leave-one-out presence design, ``full_answer`` outcome (k + 1 sequences)
+``moi_ablate``            MoI, 2k random keep-masks + Lasso surrogate (ContextCite), ``full_answer``
+``moi_mixed``             MoI, random keep-masks in random orders (presence and slot), ``full_answer``
+``moi_loo_gold``          MoI, leave-one-out, ``gold`` outcome (labels; an oracle)
 ``student:PATH``          :class:`~ragkit.debias.student.DistilledReranker` saved by ``ragkit distill``
 ``cross-encoder:NAME``    :class:`~ragkit.debias.cross_encoder.CrossEncoderReranker` (folder or hub id)
 ========================  ==========================================================================
@@ -33,7 +38,7 @@ name                      what it does
 ``random``                a random permutation (seeded) as ranking and prompt order (chance level)
 ``voting``                greedy answer per cyclic rotation, majority answer; ranking = retriever's
 ``psc_borda``/``psc_rrf`` permutation self-consistency over the cyclic rotations; ranking = PSC's
-``moi``...``moi_gold``    the MoI reranker of the same name, bias-aware placement, one answer
+``moi``...``moi_loo_gold`` the MoI reranker of the same name, bias-aware placement, one answer
 ``student:PATH``          the distilled student's ranking, ranking order, one answer
 ``cross-encoder:NAME``    a cross-encoder's ranking, ranking order, one answer
 ========================  ==========================================================================
@@ -80,6 +85,11 @@ _MOI_RERANKERS: dict[str, dict[str, Any]] = {
     "moi_random": {"design": "random", "outcome": "consensus"},
     "moi_confidence": {"design": "cyclic", "outcome": "confidence"},
     "moi_gold": {"design": "cyclic", "outcome": "gold"},
+    "moi_auto": {"design": "cyclic", "budget": "auto", "outcome": "consensus"},
+    "moi_loo": {"design": "loo", "outcome": "full_answer"},
+    "moi_ablate": {"design": "ablate", "outcome": "full_answer"},
+    "moi_mixed": {"design": "mixed", "outcome": "full_answer"},
+    "moi_loo_gold": {"design": "loo", "outcome": "gold"},
 }
 RERANKER_NAMES: tuple[str, ...] = ("none", "random", *_MOI_RERANKERS)
 """Fixed reranker specs; ``student:PATH`` and ``cross-encoder:NAME`` take an argument."""
