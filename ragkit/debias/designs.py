@@ -5,7 +5,7 @@ list) of the passage placed at prompt slot ``j`` (slot 0 = first in the prompt).
 list of ``M`` orderings of the same ``k`` passages.
 
 Designs (Lee et al., "Inference Scaling for Bridging Retrieval and Augmented Generation",
-NAACL Findings 2025, arXiv 2412.10684; choices fixed in the project's methods spec, section 1):
+NAACL Findings 2025, arXiv 2412.10684):
 
 - :func:`cyclic`: the ``k`` rotations of the retriever order, ``π_m(j) = (j + m) mod k``. It is a
   Latin square: each passage visits each slot exactly once, so slot effects and passage

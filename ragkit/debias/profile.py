@@ -5,7 +5,7 @@ template, k). It is the slot weight vector of the Mixture-of-Intervention observ
 ``E[o(π)] = b + Σ_j a_j u_{π(j)}`` (Lee et al., NAACL Findings 2025, arXiv 2412.10684) and,
 plotted, the "lost in the middle" curve of that model.
 
-Calibration (the gold-passage probe, methods spec section 1): for each calibration question
+Calibration (the gold-passage probe of Liu et al., "Lost in the Middle", TACL 2024, arXiv 2307.03172): for each calibration question
 with a known gold passage, place the gold passage at every slot ``j`` among ``k − 1`` fixed
 distractors and score the gold answer's mean log-prob (teacher forcing); also score one
 ordering with the gold absent (a further distractor instead). Then
@@ -54,7 +54,7 @@ logger = logging.getLogger(__name__)
 _WARNED: set[tuple[str, str, int]] = set()
 
 DEFAULT_LAST_WEIGHT = 0.3
-"""Weight of the last slot in the label-free default profile (methods spec section 5)."""
+"""Weight of the last slot in the label-free default profile (measured on SmolLM2-135M-Instruct)."""
 
 
 def profile_cache_path(model: str, template: str, k: int) -> Path:
@@ -132,7 +132,7 @@ class PositionProfile:
         """The label-free default: ``last`` on the final slot, ``(1 − last)/(k − 1)`` elsewhere.
 
         This is the recency-dominant shape measured on the embedded SmolLM2-135M with the
-        ``short`` template (methods spec section 5: the gold passage counts most next to the
+        ``short`` template (30 HotpotQA dev questions: the gold passage counts most next to the
         question and the answer cue). Used when no calibrated profile is given.
         """
         if k < 1:
@@ -304,7 +304,7 @@ class PositionProfile:
         if Path(name).name == DEFAULT_GENERATOR:
             prof = cls.recency(k, model=name, template=tmpl)
             return cls(prof.weights, model=name, template=tmpl, k=k,
-                       meta={**prof.meta, "data": "methods spec section 5 (30 HotpotQA dev questions, short template)"})
+                       meta={**prof.meta, "data": "recency shape measured on SmolLM2-135M-Instruct (30 HotpotQA dev questions, short template)"})
         if calibrate:
             if records is None:
                 from ragkit.datasets import SAMPLE_HOTPOTQA, sample_records
