@@ -333,7 +333,8 @@ def mixed_utilities(
 
     where ``L_m`` is the length of intervention ``m`` and the slot is counted from the END of the
     passage block (``r = 0``: next to the question), the dominant recency position of causal LMs
-    (Liu et al., "Lost in the Middle", TACL 2024, arXiv 2307.03172). Presence varying fixes the scale of ``u`` against the intercept, and
+    (Liu et al., "Lost in the Middle", TACL 2024, arXiv 2307.03172).
+    Presence varying fixes the scale of ``u`` against the intercept, and
     random orders separate ``a`` from ``u``. The model is bilinear; it is fitted by alternating
     least squares (each step a ridge regression with relative strength ``lam``: ``u`` toward 0,
     ``a`` toward its start value), with the gauge ``mean(a) = 1`` and ``a >= 0`` after every

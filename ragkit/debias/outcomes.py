@@ -1,8 +1,9 @@
 """Outcomes of passage orderings for Mixture-of-Intervention, batched across orderings and queries.
 
 Every outcome is a teacher-forced log-prob; the shared instruction + question prefix is computed
-once per query (Lee et al., NAACL Findings 2025, arXiv 2412.10684). An "ordering" (intervention) lists distinct passage indices in
-prompt order and may hold any subset of the passages (presence designs leave some out).
+once per query (Lee et al., NAACL Findings 2025, arXiv 2412.10684). An "ordering"
+(intervention) lists distinct passage indices in prompt order and may hold any subset of the
+passages (presence designs leave some out).
 
 Cost floor (``reuse_cache=True``, the default): the label-free outcomes run
 :meth:`ragkit.generation.Generator.run_orderings`, which prefills each ordering once, generates its

@@ -5,8 +5,9 @@ template, k). It is the slot weight vector of the Mixture-of-Intervention observ
 ``E[o(π)] = b + Σ_j a_j u_{π(j)}`` (Lee et al., NAACL Findings 2025, arXiv 2412.10684) and,
 plotted, the "lost in the middle" curve of that model.
 
-Calibration (the gold-passage probe of Liu et al., "Lost in the Middle", TACL 2024, arXiv 2307.03172): for each calibration question
-with a known gold passage, place the gold passage at every slot ``j`` among ``k − 1`` fixed
+Calibration (the gold-passage probe of Liu et al., "Lost in the Middle", TACL 2024,
+arXiv 2307.03172): for each calibration question with a known gold passage, place the gold
+passage at every slot ``j`` among ``k − 1`` fixed
 distractors and score the gold answer's mean log-prob (teacher forcing); also score one
 ordering with the gold absent (a further distractor instead). Then
 
@@ -304,7 +305,8 @@ class PositionProfile:
         if Path(name).name == DEFAULT_GENERATOR:
             prof = cls.recency(k, model=name, template=tmpl)
             return cls(prof.weights, model=name, template=tmpl, k=k,
-                       meta={**prof.meta, "data": "recency shape measured on SmolLM2-135M-Instruct (30 HotpotQA dev questions, short template)"})
+                       meta={**prof.meta, "data": "recency shape measured on SmolLM2-135M-Instruct "
+                                                   "(30 HotpotQA dev questions, short template)"})
         if calibrate:
             if records is None:
                 from ragkit.datasets import SAMPLE_HOTPOTQA, sample_records
