@@ -21,6 +21,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from _harness import shared_data, write_result
+
 
 def _model(name: str, tmp: Path) -> str | None:
     """``embedded`` -> the embedded SmolLM2; ``random-small`` -> a 4-layer random Llama with its tokenizer."""
@@ -94,7 +96,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description="seconds per training step: cord vs plain CE")
     ap.add_argument("--out", required=True)
     ap.add_argument("--model", default="embedded", help="embedded | random-small | a HF id / folder")
-    ap.add_argument("--data-file", default="/work/shared/data/hotpotqa/train.jsonl")
+    ap.add_argument("--data-file", default=None, help="default: ../shared/data/hotpotqa/train.jsonl")
     ap.add_argument("--batch-size", type=int, default=2)
     ap.add_argument("--k", type=int, default=5, help="passages per prompt")
     ap.add_argument("--passage-max-tokens", type=int, default=32)
@@ -104,6 +106,8 @@ def main() -> int:
     ap.add_argument("--tmp", default="/tmp/ragkit-cord-bench")
     ap.add_argument("--single", default=None, help=argparse.SUPPRESS)
     a = ap.parse_args()
+    if a.data_file is None:
+        a.data_file = str(shared_data("hotpotqa", "train.jsonl"))
     os.environ.setdefault("RAGKIT_NO_PROGRESS", "1")
     if a.single:
         print(json.dumps(_single(a)))
@@ -129,9 +133,7 @@ def main() -> int:
     for loss, r in rows.items():
         print(f"{loss:6} {r['rows']:4d} {r['tokens']:7d} {r['sec_per_step']:8.3f} {r['peak_mib']:9.0f}")
     print(f"cord/ce time ratio {ratio:.2f} (target <= 2.3)")
-    from ragkit.io import write_json
-
-    write_json(a.out, result)
+    write_result(a.out, result)
     return 0
 
 

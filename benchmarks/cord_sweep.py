@@ -24,8 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from ragkit.io import write_json
+from _harness import rel, shared_data, write_result
 
 
 def _final(run: Path) -> str:
@@ -102,8 +101,8 @@ def gap_bootstrap(sweeps: dict[str, dict[str, Any]], n_boot: int = 1000, seed: i
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True)
-    ap.add_argument("--train-file", default="/work/shared/data/hotpotqa/train.jsonl")
-    ap.add_argument("--sweep-file", default="/work/shared/data/nq_open/nq-open-oracle.jsonl.gz")
+    ap.add_argument("--train-file", default=None, help="default: ../shared/data/hotpotqa/train.jsonl")
+    ap.add_argument("--sweep-file", default=None, help="default: ../shared/data/nq_open/nq-open-oracle.jsonl.gz")
     ap.add_argument("--train-limit", type=int, default=60)
     ap.add_argument("--train-k", type=int, default=5, help="top-k BM25 passages per training question")
     ap.add_argument("--steps", type=int, default=30)
@@ -118,6 +117,8 @@ def main() -> int:
     ap.add_argument("--sweep-only", action="store_true",
                     help="sweep the models already in --workdir; keep the training records of --out")
     a = ap.parse_args()
+    a.train_file = str(a.train_file or shared_data("hotpotqa", "train.jsonl"))
+    a.sweep_file = str(a.sweep_file or shared_data("nq_open", "nq-open-oracle.jsonl.gz"))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     os.environ.setdefault("RAGKIT_NO_PROGRESS", "1")
     from ragkit.datasets import load_dataset
@@ -128,10 +129,11 @@ def main() -> int:
     base = resolve_generator_path(None)
     pool = load_dataset("nq-open", a.sweep_file, limit=300)
     recs = pool[: a.sweep_questions]
-    result: dict[str, Any] = {"model": base, "config": vars(a), "sweep": {}, "train": {}}
+    result: dict[str, Any] = {"model": rel(base), "config": {**vars(a), "train_file": rel(a.train_file),
+                                                            "sweep_file": rel(a.sweep_file)}, "sweep": {}, "train": {}}
 
     def save() -> None:
-        write_json(a.out, result)
+        write_result(a.out, result)
 
     if a.sweep_only and Path(a.out).exists():
         prev = json.loads(Path(a.out).read_text())

@@ -31,8 +31,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
-import platform
 import sys
 import time
 from collections.abc import Sequence
@@ -40,13 +38,14 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from _harness import rel, shared_data, write_result
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from ragkit.datasets import load_hotpotqa  # noqa: E402
 from ragkit.eval.metrics import exact_match_max, f1_max, ir_metrics  # noqa: E402
-from ragkit.io import append_jsonl, read_appended_jsonl, write_json  # noqa: E402
+from ragkit.io import append_jsonl, read_appended_jsonl  # noqa: E402
 from ragkit.types import Passage, QARecord, RankedList  # noqa: E402
 
 logger = logging.getLogger("benchmarks.distill")
@@ -192,7 +191,7 @@ def label_quality(labs: Sequence[Any], seed: int = 0) -> dict[str, float]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True, help="result JSON")
-    ap.add_argument("--dev-file", default=str(ROOT.parent / "shared/data/hotpotqa/dev.jsonl"))
+    ap.add_argument("--dev-file", default=None, help="default: ../shared/data/hotpotqa/dev.jsonl")
     ap.add_argument("--n-dev", type=int, default=12, help="first N dev questions")
     ap.add_argument("--methods", default=",".join(METHODS))
     ap.add_argument("--cache", default="/tmp/ragkit-distill/bench-cache.jsonl", help="resumable per-question rows")
@@ -210,6 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ranking-only-n", type=int, default=0,
                     help="also rank the first N dev questions with BM25 and the student only (no generator)")
     args = ap.parse_args(argv)
+    args.dev_file = str(args.dev_file or shared_data("hotpotqa", "dev.jsonl"))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
 
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
@@ -309,13 +309,12 @@ def main(argv: list[str] | None = None) -> int:
     result = {
         "benchmark": "distill",
         "dataset": f"HotpotQA dev (distractor): {len(common)} questions (of the first {len(recs)}) "
-                   f"that every method finished, {args.dev_file}",
+                   f"that every method finished, {rel(args.dev_file)}",
         "question_ids": [r.id for r in common],
         "retriever_order": "per-question BM25 over the 10 paragraphs",
         "generator": args.model or "SmolLM2-135M-Instruct (embedded)",
         "passage_max_tokens": args.passage_max_tokens,
-        "machine": {"platform": platform.platform(), "cpu_count": os.cpu_count(),
-                    "note": "shared 2-core CPU, several other jobs running; ratios within one run only"},
+        "machine": {"note": "shared 2-core CPU, several other jobs running; ratios within one run only"},
         "methods": table,
         "comparison": comparison,
         "ranking_only": ranking_only,
@@ -323,7 +322,7 @@ def main(argv: list[str] | None = None) -> int:
         "student": train_info,
         "command": " ".join([Path(sys.argv[0]).name] + (argv if argv is not None else sys.argv[1:])),
     }
-    write_json(args.out, result)
+    write_result(args.out, result)
 
     cols = ("mrr@10", "recall@2", "em", "f1", "generator_calls_per_query", "encoder_passes_per_query",
             "rerank_s_per_query", "total_s_per_query")

@@ -12,27 +12,27 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import time
 from pathlib import Path
 from typing import Any
 
-DATA = Path("/work/shared/data")
+from _harness import rel, shared_data, write_result
 
 
 def job_args(name: str, out_dir: Path, limit: int, passage_tokens: int) -> list[str]:
     """The ``ragkit`` argv of a named job."""
     common = ["--passage-max-tokens", str(passage_tokens)]
     if name == "hotpotqa":
-        return ["--quiet", "eval", "--dataset", "hotpotqa", "--data-file", str(DATA / "hotpotqa/dev.jsonl"),
+        return ["--quiet", "eval", "--dataset", "hotpotqa", "--data-file", str(shared_data("hotpotqa", "dev.jsonl")),
                 "--limit", str(limit), "--methods", "none", *common, "--out", str(out_dir / "eval-hotpotqa-cpu.json")]
     if name == "msmarco":
-        return ["--quiet", "eval", "--dataset", "msmarco", "--data-file", str(DATA / "msmarco/qna_v1.1_sample.json"),
+        return ["--quiet", "eval", "--dataset", "msmarco", "--data-file",
+                str(shared_data("msmarco", "qna_v1.1_sample.json")),
                 "--limit", str(limit), "--methods", "none", *common, "--out", str(out_dir / "eval-msmarco-cpu.json")]
     if name == "default":
         return ["--quiet", "eval", "--out", str(out_dir / "eval-default-cpu.json")]
     if name == "sweep":
-        return ["--quiet", "eval", "sweep", "--data-file", str(DATA / "nq_open/nq-open-oracle.jsonl.gz"),
+        return ["--quiet", "eval", "sweep", "--data-file", str(shared_data("nq_open", "nq-open-oracle.jsonl.gz")),
                 "--limit", str(limit), "--k", "10", *common, "--out", str(out_dir / "eval-sweep-nq-cpu.json"),
                 "--plot", "docs/img/position_sweep.png"]
     raise ValueError(f"unknown job {name!r}; use hotpotqa, msmarco, default or sweep")
@@ -50,7 +50,7 @@ def main() -> int:
 
     out_dir = Path(args.out).parent
     out_dir.mkdir(parents=True, exist_ok=True)
-    summary: dict[str, Any] = {"machine": f"{platform.processor() or platform.machine()}, shared CPU", "jobs": {}}
+    summary: dict[str, Any] = {"machine": "shared CPU", "jobs": {}}
     for name in [j.strip() for j in args.jobs.split(",") if j.strip()]:
         argv = job_args(name, out_dir, args.limit, args.passage_tokens)
         t0 = time.perf_counter()
@@ -59,15 +59,13 @@ def main() -> int:
         report_path = Path(argv[argv.index("--out") + 1])
         rep = json.loads(report_path.read_text()) if report_path.exists() else {}
         summary["jobs"][name] = {
-            "argv": argv,
+            "argv": [rel(x) if x.startswith("/") else x for x in argv],
             "rc": rc,
             "wall_seconds": round(wall, 1),
             "aggregate": rep.get("aggregate") or rep.get("summary"),
         }
         print(f"{name:10s} rc={rc} wall={wall:8.1f}s  -> {report_path}")
-    from ragkit.io import write_json
-
-    write_json(args.out, summary)
+    write_result(args.out, summary)
     return 0
 
 

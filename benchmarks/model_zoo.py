@@ -45,7 +45,6 @@ import argparse
 import logging
 import math
 import os
-import platform
 import sys
 import tempfile
 import time
@@ -56,8 +55,9 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:  # run as a script from anywhere
-    sys.path.insert(0, str(ROOT))
+for _p in (ROOT, ROOT / "benchmarks"):  # run as a script from anywhere, or loaded by a test
+    if str(_p) not in sys.path:
+        sys.path.insert(0, str(_p))
 
 TOL = 1e-4
 
@@ -569,25 +569,13 @@ def _json_safe(obj: Any) -> Any:
 
 
 def machine_info() -> dict[str, Any]:
-    """CPU, Python and library versions."""
+    """The harness's machine info plus the tokenizers, ragkit and TRL versions."""
     import tokenizers
-    import torch
-    import transformers
+    from _harness import machine_info as base_info
 
     import ragkit
 
-    cpu = platform.processor() or "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    info = {"cpu": cpu, "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
-            "python": platform.python_version(), "platform": platform.platform(),
-            "torch": torch.__version__, "transformers": transformers.__version__,
-            "tokenizers": tokenizers.__version__, "ragkit": getattr(ragkit, "__version__", "?")}
+    info = {**base_info("cpu"), "tokenizers": tokenizers.__version__, "ragkit": getattr(ragkit, "__version__", "?")}
     try:
         import trl
 
@@ -610,8 +598,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("RAGKIT_NO_PROGRESS", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     import torch
-
-    from ragkit.io import write_json
+    from _harness import write_result
 
     logging.basicConfig(level=logging.ERROR)
     from transformers.utils import logging as hf_logging
@@ -625,7 +612,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{n_pass}/{len(rows)} architectures pass (tolerance {args.tol:g}); "
           "score/orders/run_ord/cord-sc/trl = max |ragkit (TRL for PS-GRPO) - full forward| log-prob; "
           "naive = by-hand LM head gap")
-    write_json(args.out, _json_safe({
+    write_result(args.out, _json_safe({
         "benchmark": "model_zoo",
         "what": "max |ragkit log-prob - plain full forward + log_softmax| per architecture (tiny random models), "
                 "and whether MoI, CORD's loss and the PS-GRPO reward run with finite numbers",

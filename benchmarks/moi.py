@@ -26,28 +26,13 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
-import platform
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
+from _harness import cpu_name, shared_data, write_result
+
 from ragkit.debias.designs import cyclic, prior
-
-ROOT = Path(__file__).resolve().parents[1]
-SHARED = Path(os.environ.get("RAGKIT_SHARED_DATA") or ROOT.parent / "shared" / "data")
-DEV = SHARED / "hotpotqa" / "dev.jsonl"
-
-
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -56,13 +41,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--n-questions", type=int, default=5)
     ap.add_argument("--k", type=int, default=10)
     ap.add_argument("--passage-tokens", type=int, default=60)
-    ap.add_argument("--data-file", "--data", dest="data", default=str(DEV),
+    ap.add_argument("--data-file", "--data", dest="data", default=None,
                     help="HotpotQA JSONL (default: ../shared/data/hotpotqa/dev.jsonl from the repository root, "
                          "or $RAGKIT_SHARED_DATA/hotpotqa/dev.jsonl)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--max-seconds", type=float, default=420.0,
                     help="stop adding questions once this much time is spent (at least one question runs)")
     args = ap.parse_args(argv)
+    args.data = str(args.data or shared_data("hotpotqa", "dev.jsonl"))
 
     import torch
     from transformers import DynamicCache
@@ -70,7 +56,6 @@ def main(argv: list[str] | None = None) -> int:
     from ragkit.datasets import load_hotpotqa
     from ragkit.generation import Generator
     from ragkit.generation.scoring import common_prefix_len, ordering_prompts
-    from ragkit.io import write_json
 
     logging.basicConfig(level=logging.WARNING)
     torch.set_num_threads(args.threads)
@@ -193,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{d['moi_speedup_vs_naive']:>8.2f} {d['moi_tokens_per_s']:>10.0f} "
               f"{d['raw_forward_tokens_per_s']:>10.0f} "
               f"{d['moi_vs_raw_tokens_per_s_ratio']:>8.2f}")
-    write_json(args.out, out)
+    write_result(args.out, out)
     return 0
 
 

@@ -20,17 +20,12 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
-import platform
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_DATA = ROOT.parent / "shared" / "data" / "hotpotqa" / "train.jsonl"
+from _harness import ROOT, rel, shared_data, write_result
 
 
 def rank_metrics(ranking_ids: list[str], gold: set[str], k: int) -> tuple[float, float]:
@@ -54,7 +49,8 @@ def paired_ci(x: np.ndarray, y: np.ndarray, seed: int = 0, n_boot: int = 2000) -
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--data", default=str(DEFAULT_DATA), help="HotpotQA JSONL (train split)")
+    ap.add_argument("--data", default=None, 
+                    help="HotpotQA JSONL (train split; default: ../shared/data/hotpotqa/train.jsonl)")
     ap.add_argument("--limit", type=int, default=10)
     ap.add_argument("--k", type=int, default=10)
     ap.add_argument("--designs", default="loo,prior,ablate,ablate@auto,cyclic,mixed",
@@ -67,13 +63,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--resume", action=argparse.BooleanOptionalAction, default=True,
                     help="keep the (design, outcome) rows already in --out for the same questions")
     args = ap.parse_args(argv)
+    args.data = str(args.data or shared_data("hotpotqa", "train.jsonl"))
     logging.basicConfig(level=logging.WARNING)
 
     from ragkit.datasets import load_hotpotqa
     from ragkit.debias.moi import MoI
     from ragkit.debias.outcomes import OUTCOMES
     from ragkit.generation import Generator
-    from ragkit.io import write_json
 
     if "dev" in Path(args.data).name:
         raise SystemExit("moi_designs picks a default: run it on training questions (train.jsonl), never dev")
@@ -87,13 +83,12 @@ def main(argv: list[str] | None = None) -> int:
     answers = [list(r.answers) for r in recs]
 
     def dump(rows: list[dict[str, Any]]) -> None:
-        write_json(args.out, {
-            "benchmark": "moi_designs", "data": os.path.relpath(args.data, ROOT), "n_questions": len(recs),
+        write_result(args.out, {
+            "benchmark": "moi_designs", "data": rel(args.data), "n_questions": len(recs),
             "question_ids": [r.id for r in recs], "k": args.k, "model": gen.name,
             "template": gen.template.name, "passage_max_tokens": args.passage_max_tokens,
             "label_free_outcome": label_free, "rows": rows,
             "note": "seconds_per_q measured on a shared, loaded 2-core CPU at low priority: compare sequences_per_q",
-            "machine": {"platform": platform.platform(), "python": sys.version.split()[0], "cpus": os.cpu_count()},
         })
 
     given = [rank_metrics([p.id for p in pl], g, args.k) for pl, g in zip(ps, golds)]

@@ -30,37 +30,11 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
-import platform
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-SHARED = Path(os.environ.get("RAGKIT_SHARED_DATA") or ROOT.parent / "shared" / "data")
-DEV = SHARED / "hotpotqa" / "dev.jsonl"
-
-
-def cpu_name() -> str:
-    """The CPU model name (``/proc/cpuinfo``) or the platform's processor string."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
-def _rel(path: str | Path) -> str:
-    p = Path(path).resolve()
-    for base, name in ((SHARED.resolve(), "../shared/data"), (ROOT, ".")):
-        try:
-            return f"{name}/{p.relative_to(base)}"
-        except ValueError:
-            continue
-    return p.name
+from _harness import cpu_name, rel, shared_data, write_result
 
 
 def floor_tokens(gen: Any, question: str, passages: list, orderings: list[list[int]], order: list[int]) -> int:
@@ -82,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--k", type=int, default=10)
     ap.add_argument("--passage-max-tokens", type=int, default=60)
     ap.add_argument("--max-new-tokens", type=int, default=16)
-    ap.add_argument("--data-file", default=str(DEV),
+    ap.add_argument("--data-file", default=None,
                     help="HotpotQA JSONL (default: ../shared/data/hotpotqa/dev.jsonl from the repository root, "
                          "or $RAGKIT_SHARED_DATA/hotpotqa/dev.jsonl)")
     ap.add_argument("--model", default=None, help="generator (default: the embedded SmolLM2-135M-Instruct)")
@@ -92,6 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-seconds", type=float, default=480.0,
                     help="stop adding questions once this much time is spent (at least one question runs)")
     args = ap.parse_args(argv)
+    args.data_file = str(args.data_file or shared_data("hotpotqa", "dev.jsonl"))
 
     import numpy as np
     import torch
@@ -100,7 +75,6 @@ def main(argv: list[str] | None = None) -> int:
     from ragkit.debias.moi import MoI
     from ragkit.debias.profile import PositionProfile
     from ragkit.generation import Generator
-    from ragkit.io import write_json
 
     logging.basicConfig(level=logging.ERROR)
     torch.set_num_threads(args.threads)
@@ -129,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
         "model": gen.name,
         "device": f"cpu: {cpu_name()}" if gen.device == "cpu" else f"{gen.device}: {torch.cuda.get_device_name()}",
         "torch_threads": args.threads,
-        "data": _rel(args.data_file),
+        "data": rel(args.data_file),
         "n_questions": 0,
         "k": args.k,
         "passage_max_tokens": args.passage_max_tokens,
@@ -171,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
         out["targets"] = {"prefill_tokens_ratio <= 1.15": out["prefill_tokens_ratio"] <= 1.15,
                           "consensus_speedup_vs_before >= 1.7": out["consensus_speedup_vs_before"] >= 1.7}
         if not final:
-            write_json(args.out, out)
+            write_result(args.out, out)
             return
         print(f"moi_pipeline: {gen.name}, {out['device']}, {args.threads} threads, n={done}, k={args.k}")
         print(f"{'design':7} {'M':>3} {'before s/q':>10} {'after s/q':>9} {'speedup':>8} {'prefill before':>14} "
@@ -181,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"{d['speedup_vs_before']:>8.2f} {d['prefill_tokens_before_per_query']:>14.0f} "
                   f"{d['prefill_tokens_after_per_query']:>13.0f} {d['floor_tokens_per_query']:>7.0f} "
                   f"{d['prefill_tokens_ratio']:>6.3f} {d['n_identical']:>6}/{done}")
-        write_json(args.out, out)
+        write_result(args.out, out)
 
     t_all = time.perf_counter()
     accs: dict[str, dict[str, Any]] = {

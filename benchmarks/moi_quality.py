@@ -12,7 +12,7 @@ Questions are processed one at a time (every method on question i before questio
 JSON is rewritten after each question, so a run stopped by ``--time-budget`` still reports every
 method on the same completed questions.
 
-    nice -n 10 python3 benchmarks/moi_quality.py --data /work/shared/data/hotpotqa/dev.jsonl \
+    nice -n 10 python3 benchmarks/moi_quality.py --data ../shared/data/hotpotqa/dev.jsonl \
         --limit 20 --time-budget 1200 --out benchmarks/results/moi_quality-cpu.json
 """
 
@@ -21,12 +21,12 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import platform
 import sys
 import time
 from typing import Any
 
 import numpy as np
+from _harness import rel, shared_data, write_result
 
 DEFAULT_METHODS = ("none", "reverse", "both_ends", "random", "voting", "psc_borda", "psc_rrf", "moi", "moi_prior",
                    "moi_confidence", "moi_gold")
@@ -77,7 +77,7 @@ def summarise(rows: list[dict[str, Any]], methods: list[str]) -> dict[str, dict[
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--data", default="/work/shared/data/hotpotqa/dev.jsonl")
+    ap.add_argument("--data", default=None, help="default: ../shared/data/hotpotqa/dev.jsonl")
     ap.add_argument("--limit", type=int, default=20)
     ap.add_argument("--offset", type=int, default=0, help="skip the first N records")
     ap.add_argument("--methods", default=",".join(DEFAULT_METHODS))
@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profile", default=None, help="profile JSON (default: the recency-heavy default)")
     ap.add_argument("--calibrate", type=int, default=0,
                     help="calibrate the profile on N questions of --calib-data first (0: use the default)")
-    ap.add_argument("--calib-data", default="/work/shared/data/hotpotqa/train.jsonl")
+    ap.add_argument("--calib-data", default=None, help="default: ../shared/data/hotpotqa/train.jsonl")
     ap.add_argument("--max-new-tokens", type=int, default=10)
     ap.add_argument("--no-share", action="store_true",
                     help="do not share identical greedy generations between methods (slower, same results)")
@@ -94,6 +94,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--out", required=True)
     args = ap.parse_args(argv)
+    args.data = str(args.data or shared_data("hotpotqa", "dev.jsonl"))
+    if args.calibrate > 0 and args.calib_data is None:
+        args.calib_data = str(shared_data("hotpotqa", "train.jsonl"))
     logging.basicConfig(level=logging.WARNING)
     os.environ.setdefault("RAGKIT_NO_PROGRESS", "1")
 
@@ -103,7 +106,6 @@ def main(argv: list[str] | None = None) -> int:
     from ragkit.debias import PositionProfile, get_method
     from ragkit.eval.metrics import exact_match_max, f1_max, ir_metrics_per_query
     from ragkit.generation import Generator
-    from ragkit.io import write_json
 
     t_start = time.perf_counter()
     records = load_hotpotqa(args.data, args.offset + args.limit)[args.offset:]
@@ -127,17 +129,16 @@ def main(argv: list[str] | None = None) -> int:
     def write(final: bool) -> dict[str, Any]:
         result = {
             "benchmark": "moi_quality",
-            "data": args.data, "offset": args.offset, "limit": args.limit,
+            "data": rel(args.data), "offset": args.offset, "limit": args.limit,
             "questions_done": sum(all(m in r["methods"] for m in methods) for r in rows),
             "generator": gen.name, "template": gen.template.name, "passage_tokens": args.passage_tokens,
             "k": 10, "max_new_tokens": args.max_new_tokens, "shared_generations": not args.no_share,
             "profile": profile.to_dict(), "calibration_seconds": calib_s,
-            "machine": {"platform": platform.platform(), "cpu_count": os.cpu_count(),
-                        "torch_threads": torch.get_num_threads(), "python": sys.version.split()[0]},
+            "machine": {"torch_threads": torch.get_num_threads()},
             "wall_seconds": time.perf_counter() - t_start, "finished": final,
             "summary": summarise(rows, methods), "per_question": rows,
         }
-        write_json(args.out, result)
+        write_result(args.out, result)
         return result
 
     for i, rec in enumerate(records):

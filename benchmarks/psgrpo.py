@@ -17,13 +17,13 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import platform
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
+from _harness import write_result
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -103,8 +103,7 @@ def main() -> None:
     args = ap.parse_args()
     import torch
 
-    res: dict = {"machine": f"CPU ({platform.processor() or platform.machine()}), "
-                            f"{torch.get_num_threads()} torch threads, shared with other jobs",
+    res: dict = {"machine": f"{torch.get_num_threads()} torch threads, shared with other jobs",
                  "rewards": bench_rewards([(6, 4), (16, 4), (16, 8)], kappa=3, s=1, repeats=args.repeats)}
     print(f"{'n':>3} {'g':>3} {'exact cmp':>9} {'approx cmp':>10} {'exact ms':>9} {'approx ms':>9} "
           f"{'speedup':>7} {'MAD':>6}")
@@ -117,9 +116,7 @@ def main() -> None:
         print(f"\none PS-GRPO step ({st['model']}, n=4, g=4): {st['s_per_step']:.2f} s/step, "
               f"{st['rollout_tokens_per_s']:.1f} rollout tokens/s")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    from ragkit.io import write_json
-
-    write_json(args.out, res)
+    write_result(args.out, res)
 
 
 if __name__ == "__main__":

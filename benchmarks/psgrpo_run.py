@@ -13,10 +13,8 @@ from __future__ import annotations
 import argparse
 import logging
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT.parent / "shared" / "data" / "hotpotqa"
+from _harness import shared_data, write_result
 
 
 def _with_passages(records, k):
@@ -75,8 +73,8 @@ def main() -> None:
     from ragkit.training.psgrpo import PSGRPOConfig, select_passages, train_psgrpo
 
     torch.set_num_threads(2)
-    train = load_hotpotqa(DATA / "train.jsonl", limit=args.train_questions)
-    dev_all = load_hotpotqa(DATA / "dev.jsonl")
+    train = load_hotpotqa(shared_data("hotpotqa", "train.jsonl"), limit=args.train_questions)
+    dev_all = load_hotpotqa(shared_data("hotpotqa", "dev.jsonl"))
     dev = _with_passages(dev_all[: args.eval_questions], args.k)
     corpus = list({p.id: p for r in dev_all for p in r.passages}.values())
     retriever = BM25Retriever().index(corpus)
@@ -121,9 +119,7 @@ def main() -> None:
 
 
 def _save(path: str, result: dict) -> None:
-    from ragkit.io import write_json
-
-    write_json(path, result)
+    write_result(path, result)
 
 
 if __name__ == "__main__":

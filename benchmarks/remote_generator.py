@@ -23,7 +23,6 @@ import argparse
 import importlib.metadata as md
 import logging
 import os
-import platform
 import signal
 import socket
 import subprocess
@@ -33,13 +32,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from _harness import write_result
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from ragkit.datasets import sample_records  # noqa: E402
 from ragkit.generation import Generator, RemoteGenerator  # noqa: E402
-from ragkit.io import write_json  # noqa: E402
 
 logger = logging.getLogger("benchmarks.remote_generator")
 
@@ -151,10 +150,8 @@ def main(argv: list[str] | None = None) -> int:
                     for q, g, la, ra in zip(questions, gold, local_answers, remote_answers)],
         "seconds": {"local_score": t_local, "remote_score": t_remote, "local_answer": t_local_gen,
                     "remote_answer": t_remote_gen},
-        "machine": {"platform": platform.platform(), "cpu_count": os.cpu_count(),
-                    "torch": md.version("torch"), "transformers": md.version("transformers")},
     }
-    write_json(a.out, result)
+    write_result(a.out, result)
     print(f"per token |diff| max {result['abs_diff_per_token']['max']:.4f} mean "
           f"{result['abs_diff_per_token']['mean']:.4f}; per answer (same tokens) max "
           f"{result['abs_diff_per_answer_sum_same_tokenisation']['max']:.4f} "

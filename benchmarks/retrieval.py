@@ -38,7 +38,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import resource
 import subprocess
 import sys
@@ -48,8 +47,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from _harness import write_result
 
-from ragkit.io import write_json
 from ragkit.types import Passage
 
 SYLLABLES = ["ka", "lo", "mi", "ne", "ru", "sa", "to", "vi", "be", "da", "fo", "gu", "ha", "ji",
@@ -264,8 +263,6 @@ def main(argv: list[str] | None = None) -> int:
         corpus, vocab, _ = make_corpus(args.n_docs, seed=args.seed)
         queries = make_queries(args.n_queries, vocab, seed=args.seed + 1)
     res: dict[str, Any] = {
-        "machine": {"platform": platform.platform(), "python": sys.version.split()[0],
-                    "cpu_count": os.cpu_count(), "processor": platform.processor()},
         "n_docs": args.n_docs, "n_queries": args.n_queries, "k": args.k,
         "rank_bm25_queries": args.rank_bm25_queries,
         "notes": ("rank_bm25 is timed on the first rank_bm25_queries queries only (it is slow); "
@@ -325,7 +322,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'metric':<36} {'value':>14}")
     for k, v in rows:
         print(f"{k:<36} {v:>14.3f}" if isinstance(v, float) else f"{k:<36} {v:>14d}")
-    write_json(args.out, res)
+    write_result(args.out, res)
     print(f"wrote {args.out}")
     return 0
 

@@ -9,7 +9,7 @@ of the first gold paragraph), nDCG@10.
 
 Usage::
 
-    python benchmarks/retrieval_quality.py --data /work/shared/data/hotpotqa/dev.jsonl \\
+    python benchmarks/retrieval_quality.py --data ../shared/data/hotpotqa/dev.jsonl \\
         --out benchmarks/results/retrieval_quality-cpu.json
 """
 
@@ -17,12 +17,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import sys
 import time
 from typing import Any
 
-from ragkit.io import write_json
+from _harness import rel, write_result
 
 METRICS = ["recall@2", "recall@10", "mrr@10", "ndcg@10"]
 
@@ -75,10 +74,10 @@ def main(argv: list[str] | None = None) -> int:
         scores = evaluate(Qrels(qrels), run, METRICS)
         results[name] = {m: float(scores[m]) for m in METRICS}
 
+    embedder = rel(dense.embedder) if os.path.isabs(dense.embedder) else dense.embedder
     out = {
-        "data": os.path.abspath(args.data), "n_questions": len(records), "n_docs": len(corpus),
-        "embedder": dense.embedder, "k": args.k, "metrics": results, "timings": timings,
-        "machine": {"platform": platform.platform(), "cpu_count": os.cpu_count()},
+        "data": rel(args.data), "n_questions": len(records), "n_docs": len(corpus),
+        "embedder": embedder, "k": args.k, "metrics": results, "timings": timings,
         "notes": "corpus = the questions' 10 paragraphs pooled and de-duplicated by title; "
                  "relevant = supporting-fact titles; BM25 lucene k1=1.5 b=0.75 with English "
                  "stopwords and Snowball stemming; dense = FAISS flat inner product of "
@@ -87,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'system':<12}" + "".join(f"{m:>11}" for m in METRICS))
     for name, sc in results.items():
         print(f"{name:<12}" + "".join(f"{sc[m]:>11.4f}" for m in METRICS))
-    write_json(args.out, out)
+    write_result(args.out, out)
     print(f"wrote {args.out}")
     return 0
 

@@ -21,8 +21,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib.metadata as md
-import os
-import platform
 import signal
 import socket
 import subprocess
@@ -34,13 +32,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from _harness import write_result
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from ragkit.datasets import sample_records  # noqa: E402
 from ragkit.debias.student import DistilledReranker  # noqa: E402
-from ragkit.io import write_json  # noqa: E402
 
 
 def _rss_mb(pid: int) -> float:
@@ -204,11 +202,10 @@ def main(argv: list[str] | None = None) -> int:
         "mean_requests_per_batch": bsum / bcount if bcount else None,
         "server_batches": health.get("batches"),
         "failed_below_queue_limit": sum(v["failed"] for v in levels.values()) + memory["load"]["failed"],
-        "machine": {"platform": platform.platform(), "cpu_count": os.cpu_count(), "torch": md.version("torch"),
-                    "sentence_transformers": md.version("sentence-transformers"),
+        "machine": {"sentence_transformers": md.version("sentence-transformers"),
                     "note": "2 shared CPU cores; clients and server on the same machine"},
     }
-    write_json(a.out, result)
+    write_result(a.out, result)
     print(f"sequential {sequential['throughput_rps']:.2f} req/s; memory peak {memory['rss_mb_peak']:.0f} MB; "
           f"failed {result['failed_below_queue_limit']} -> {a.out}")
     return 0
