@@ -1035,7 +1035,9 @@ def write_markdown(results: list[Result], path: Path, wall: float) -> None:
                      f"| {_esc(verdict)} |")
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    text = "\n".join(lines) + "\n"
+    text = text.replace(str(Path.home()), "~")  # no machine path in the committed table
+    tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)
 
 
