@@ -30,15 +30,19 @@ __all__ = [
 ]
 
 
-def positive_int(s: str) -> int:
-    """``argparse`` type: an integer >= 1 (``--limit -1`` is refused, not read as "all")."""
+def _int_at_least(s: str, lo: int) -> int:
     try:
         v = int(s)
     except ValueError as e:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {s!r}") from e
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {v}")
+    if v < lo:
+        raise argparse.ArgumentTypeError(f"must be >= {lo}, got {v}")
     return v
+
+
+def positive_int(s: str) -> int:
+    """``argparse`` type: an integer >= 1 (``--limit -1`` is refused, not read as "all")."""
+    return _int_at_least(s, 1)
 
 
 def positive_float(s: str) -> float:
@@ -56,13 +60,7 @@ def positive_float(s: str) -> float:
 
 def non_negative_int(s: str) -> int:
     """``argparse`` type: an integer >= 0."""
-    try:
-        v = int(s)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {s!r}") from e
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {v}")
-    return v
+    return _int_at_least(s, 0)
 
 
 def add_model_args(p: argparse.ArgumentParser, passage_max_tokens: int | None = None, batch_size: int | None = 8,
