@@ -30,6 +30,7 @@ from typing import Any, TypeVar
 
 __all__ = [
     "RESUME_MAY_CHANGE",
+    "RagkitConfigMixin",
     "check_warmup_ratio",
     "check_known_keys",
     "config_from_mapping",
@@ -179,6 +180,20 @@ def settings_dict(cfg: Any) -> dict[str, Any]:
             continue
         out[f.name] = _plain(getattr(cfg, f.name))
     return out
+
+
+class RagkitConfigMixin:
+    """What ragkit's training configs share (``CORDConfig``, ``PSGRPOConfig``); mixed in before the
+    ``TrainingArguments`` subclass so these methods win. It holds no fields."""
+
+    def get_warmup_steps(self, num_training_steps: int) -> int:
+        """Warm-up steps of the schedule: from ``warmup_ratio`` when set, else ``warmup_steps``."""
+        steps = warmup_steps_for(self, num_training_steps)
+        return super().get_warmup_steps(num_training_steps) if steps is None else steps  # type: ignore[misc]
+
+    def settings(self) -> dict[str, Any]:
+        """Every setting as plain JSON values (what the run's ``*_settings.json`` holds)."""
+        return settings_dict(self)
 
 
 def settings_diff(saved: Mapping[str, Any], current: Mapping[str, Any],

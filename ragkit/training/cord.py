@@ -62,7 +62,7 @@ from transformers import Trainer, TrainerCallback, TrainingArguments
 from ragkit.generation.fitting import fit_prompt_ids
 from ragkit.io import write_json
 from ragkit.training.checkpoint import SettingsCallback, check_resume, prepare_run_dir, save_final_model
-from ragkit.training.config import check_warmup_ratio, settings_dict, warmup_steps_for, warn_inert
+from ragkit.training.config import RagkitConfigMixin, check_warmup_ratio, warn_inert
 from ragkit.training.data import Example
 from ragkit.training.perturb import OrderPerturbation, kendall_tau
 
@@ -401,7 +401,7 @@ class CORDCollator:
 
 # ---------------------------------------------------------------------------------------- config
 @dataclass
-class CORDConfig(TrainingArguments):
+class CORDConfig(RagkitConfigMixin, TrainingArguments):
     """Every setting of a CORD run: the method's knobs plus all of ``transformers.TrainingArguments``.
 
     Saved as ``cord_settings.json`` in the output folder; ``ragkit train cord`` is generated from
@@ -527,15 +527,6 @@ class CORDConfig(TrainingArguments):
     def perturbation(self) -> OrderPerturbation:
         """The ordering sampler of this run (:func:`perturbation_for`)."""
         return perturbation_for(self.loss, self.gamma, self.alpha)
-
-    def get_warmup_steps(self, num_training_steps: int) -> int:
-        """Warm-up steps of the schedule: from ``warmup_ratio`` when set, else ``warmup_steps``."""
-        steps = warmup_steps_for(self, num_training_steps)
-        return super().get_warmup_steps(num_training_steps) if steps is None else steps
-
-    def settings(self) -> dict[str, Any]:
-        """Every setting as plain JSON values (what ``cord_settings.json`` holds)."""
-        return settings_dict(self)
 
 
 # ---------------------------------------------------------------------------------------- trainer

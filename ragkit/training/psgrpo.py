@@ -74,7 +74,7 @@ from ragkit.paraphrase import ParaphraseSet
 from ragkit.similarity import get_similarity
 from ragkit.text import extract_answer
 from ragkit.training.checkpoint import SettingsCallback, check_resume, prepare_run_dir, save_final_model
-from ragkit.training.config import check_warmup_ratio, settings_dict, warmup_steps_for, warn_inert
+from ragkit.training.config import RagkitConfigMixin, check_warmup_ratio, warn_inert
 from ragkit.training.rewards import (
     approx_group_similarity_rewards,
     gold_f1,
@@ -396,7 +396,7 @@ def _help(text: str, **extra: Any) -> dict[str, Any]:
 
 
 @dataclass
-class PSGRPOConfig(GRPOConfig):
+class PSGRPOConfig(RagkitConfigMixin, GRPOConfig):
     """Every setting of a PS-GRPO run: the method's knobs plus all of ``trl.GRPOConfig``.
 
     The GRPO options the method relies on (:data:`GRPO_OPTIONS`) are given explicit defaults;
@@ -580,15 +580,6 @@ class PSGRPOConfig(GRPOConfig):
     def g(self) -> int:
         """Rollouts per wording (``num_generations``)."""
         return int(self.num_generations or 0)
-
-    def get_warmup_steps(self, num_training_steps: int) -> int:
-        """Warm-up steps of the schedule: from ``warmup_ratio`` when set, else ``warmup_steps``."""
-        steps = warmup_steps_for(self, num_training_steps)
-        return super().get_warmup_steps(num_training_steps) if steps is None else steps
-
-    def settings(self) -> dict[str, Any]:
-        """Every setting as plain JSON values (what ``psgrpo_settings.json`` holds)."""
-        return settings_dict(self)
 
 
 # ----------------------------------------------------------------------------- trainer
