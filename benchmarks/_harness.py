@@ -21,6 +21,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 ENV_VAR = "RAGKIT_SHARED_DATA"
 
+REFERENCE_GGUF_CMD = "bash ../shared/tools/get_qwen05.sh"
+"""The command that assembles the reference generator (Qwen2.5-Coder-0.5B-Instruct, one GGUF file) and prints its path."""
+
 
 def shared_root() -> Path:
     """The shared data folder: ``$RAGKIT_SHARED_DATA`` or ``../shared/data`` from the repository root."""
@@ -120,3 +123,50 @@ def write_result(path: str | os.PathLike[str], payload: dict[str, Any], device: 
     elif given is not None:
         info["note"] = given
     write_json(path, {**payload, "machine": info})
+
+
+def gpu_epilog(script: str, example_args: str | None, note: str | None = None, generator: bool = True) -> str:
+    """An ``argparse`` epilog: how to reproduce ``script``'s table on a GPU with a hub model, and offline.
+
+    Use it with ``formatter_class=argparse.RawDescriptionHelpFormatter`` so the lines stay as written.
+
+    Parameters
+    ----------
+    script : str
+        The script's file name in ``benchmarks/`` (``"cord.py"``).
+    example_args : str or None
+        The flags of the GPU command line, only flags the script has (``"--model Qwen/Qwen2.5-7B-Instruct
+        --device cuda --out benchmarks/results/cord-gpu.json"``); ``None`` when the script has no GPU run
+        (``note`` then says why).
+    note : str, optional
+        One more paragraph (what differs on a GPU, what the hub model replaces).
+    generator : bool
+        Whether the script's ``--model`` takes a generator; then the offline line names the reference
+        GGUF (:data:`REFERENCE_GGUF_CMD`). ``False``: only the embedder or nothing downloads.
+
+    Returns
+    -------
+    str
+        The epilog text.
+
+    Raises
+    ------
+    ValueError
+        When ``script`` is not a file in ``benchmarks/`` (pass the file name, e.g. ``"cord.py"``).
+    """
+    if not (ROOT / "benchmarks" / script).is_file():
+        raise ValueError(f"gpu_epilog: no benchmarks/{script}; pass the script's file name, e.g. 'cord.py'")
+    lines = []
+    if example_args is not None:
+        lines += ["GPU with a hub model (results as benchmarks/results/*-gpu.json; index: benchmarks/README.md):",
+                  f"  python3 benchmarks/{script} {example_args.strip()}"]
+    if note:
+        lines.append(note.strip())
+    if generator:
+        lines += ["Offline (HF_HUB_OFFLINE=1, e.g. a GPU machine without internet: copy the weights there): pass a",
+                  f'local folder or the reference generator\'s GGUF, --model "$({REFERENCE_GGUF_CMD})" '
+                  "(it prints the path)."]
+    else:
+        lines.append("Offline (HF_HUB_OFFLINE=1): the embedded defaults need no download; pass a local folder "
+                     "instead of a hub id.")
+    return "\n".join(lines)
