@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 ENV_VAR = "RAGKIT_SHARED_DATA"
 
 REFERENCE_GGUF_CMD = "bash ../shared/tools/get_qwen05.sh"
-"""The command that assembles the reference generator (Qwen2.5-Coder-0.5B-Instruct, one GGUF file) and prints its path."""
+"""Assembles the reference generator (Qwen2.5-Coder-0.5B-Instruct, one GGUF file) and prints its path."""
 
 
 def shared_root() -> Path:
