@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _harness import shared_data, write_result
+from _harness import gpu_epilog, shared_data, write_result
 
 
 def _model(name: str, tmp: Path) -> str | None:
@@ -61,7 +61,7 @@ def _single(a: argparse.Namespace) -> dict[str, Any]:
                     lora=a.lora, passage_max_tokens=a.passage_max_tokens)
     examples = load_examples(a.data_file, limit=a.batch_size, k=a.k)
     model, tok, _ = load_model(st)
-    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    dev = a.device if a.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
     model.to(dev)
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     gen = Generator.from_components(base, tok, passage_max_tokens=a.passage_max_tokens, show_progress=False)
@@ -80,22 +80,26 @@ def _single(a: argparse.Namespace) -> dict[str, Any]:
         out.loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
-        if dev == "cuda":
+        if dev.startswith("cuda"):
             torch.cuda.synchronize()
         if i >= a.warmup:
             times.append(time.perf_counter() - t0)
-    peak = (torch.cuda.max_memory_allocated() / 2**20 if dev == "cuda"
+    peak = (torch.cuda.max_memory_allocated() / 2**20 if dev.startswith("cuda")
             else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
     return {"loss": a.single, "rows": int(batch["input_ids"].shape[0]), "tokens": int(batch["input_ids"].numel()),
             "sec_per_step": sorted(times)[len(times) // 2], "all_times": times, "peak_mib": peak,
-            "peak_kind": "cuda.max_memory_allocated" if dev == "cuda" else "ru_maxrss (whole process)",
+            "peak_kind": "cuda.max_memory_allocated" if dev.startswith("cuda") else "ru_maxrss (whole process)",
             "device": dev}
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description="seconds per training step: cord vs plain CE")
+    ap = argparse.ArgumentParser(
+        description="seconds per training step: cord vs plain CE", formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=gpu_epilog("cord.py", "--model Qwen/Qwen2.5-7B-Instruct --device cuda --k 10 --batch-size 8 "
+                                     "--passage-max-tokens 64 --out benchmarks/results/cord-gpu.json"))
     ap.add_argument("--out", required=True)
-    ap.add_argument("--model", default="embedded", help="embedded | random-small | a HF id / folder")
+    ap.add_argument("--model", default="embedded", help="embedded | random-small | a HF id, folder or .gguf file")
+    ap.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda, cuda:1")
     ap.add_argument("--data-file", default=None, help="default: ../shared/data/hotpotqa/train.jsonl")
     ap.add_argument("--batch-size", type=int, default=2)
     ap.add_argument("--k", type=int, default=5, help="passages per prompt")
@@ -117,8 +121,9 @@ def main() -> int:
     rows = {}
     for loss in ("ce", "cord"):
         cmd = [sys.executable, __file__, "--out", a.out, "--single", loss] + [
-            x for k, v in (("--model", a.model), ("--data-file", a.data_file), ("--batch-size", a.batch_size),
-                           ("--k", a.k), ("--passage-max-tokens", a.passage_max_tokens), ("--repeats", a.repeats),
+            x for k, v in (("--model", a.model), ("--device", a.device), ("--data-file", a.data_file),
+                           ("--batch-size", a.batch_size), ("--k", a.k), ("--passage-max-tokens", a.passage_max_tokens),
+                           ("--repeats", a.repeats),
                            ("--warmup", a.warmup), ("--tmp", a.tmp)) for x in (k, str(v))]
         if not a.lora:
             cmd.append("--no-lora")
@@ -128,12 +133,12 @@ def main() -> int:
     result = {"model": a.model, "batch_size": a.batch_size, "k": a.k, "passage_max_tokens": a.passage_max_tokens,
               "lora": a.lora, "rows": rows, "time_ratio_cord_over_ce": ratio, "target_ratio": 2.3,
               "memory_ratio_cord_over_ce": rows["cord"]["peak_mib"] / rows["ce"]["peak_mib"],
-              "machine": f"{os.cpu_count()} CPU cores (shared, loaded)" if rows["ce"]["device"] == "cpu" else "cuda"}
+              "machine": f"{os.cpu_count()} CPU cores (shared, loaded)" if rows["ce"]["device"] == "cpu" else "GPU"}
     print(f"{'loss':6} {'rows':>4} {'tokens':>7} {'s/step':>8} {'peak MiB':>9}")
     for loss, r in rows.items():
         print(f"{loss:6} {r['rows']:4d} {r['tokens']:7d} {r['sec_per_step']:8.3f} {r['peak_mib']:9.0f}")
     print(f"cord/ce time ratio {ratio:.2f} (target <= 2.3)")
-    write_result(a.out, result)
+    write_result(a.out, result, device=rows["ce"]["device"])
     return 0
 
 
