@@ -14,15 +14,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from ragkit.integrations._common import arerank_documents, check_options, rerank_documents
+from ragkit.integrations._common import DocumentReranker, require
 
-try:
-    from haystack import Document, component
-except ImportError as e:  # pragma: no cover - depends on the environment
-    raise ImportError(
-        "ragkit.integrations.haystack needs haystack-ai; install it with `pip install 'ragkit[haystack]'` "
-        "or `pip install haystack-ai`"
-    ) from e
+require("haystack", "ragkit.integrations.haystack", "haystack", "haystack-ai")
+from haystack import Document, component  # noqa: E402
 
 __all__ = ["RagkitRanker"]
 
@@ -49,33 +44,30 @@ class RagkitRanker:
 
     def __init__(self, reranker: Any, top_k: int | None = None, placement: str = "none", profile: Any = None,
                  use_retriever_scores: bool = True, title_field: str | None = "title") -> None:
-        self.placement = check_options(reranker, top_k, placement)
+        self.placement = DocumentReranker(reranker, top_k, placement, profile).placement  # checks the options
         self.reranker = reranker
         self.top_k = top_k
         self.profile = profile
         self.use_retriever_scores = use_retriever_scores
         self.title_field = title_field
 
-    def _args(self, documents: list[Document], top_k: int | None) -> dict[str, Any]:
-        check_options(self.reranker, top_k, self.placement)
-        return {"titles": [str((d.meta or {}).get(self.title_field) or "") if self.title_field else ""
-                           for d in documents],
-                "scores": [d.score for d in documents] if self.use_retriever_scores else None,
-                "top_n": top_k if top_k is not None else self.top_k,
-                "placement": self.placement, "profile": self.profile}
+    def _core(self, top_k: int | None) -> DocumentReranker:
+        return DocumentReranker(self.reranker, top_k if top_k is not None else self.top_k, self.placement,
+                                self.profile)
 
-    @staticmethod
-    def _texts(documents: list[Document]) -> list[str]:
+    def _inputs(self, documents: list[Document]) -> tuple[list[str], list[str], list[Any] | None]:
         missing = [i for i, d in enumerate(documents) if not isinstance(d.content, str)]
         if missing:
             raise ValueError(f"documents {missing[:5]} have no text content; RagkitRanker reranks text documents")
-        return [d.content for d in documents]
+        return ([d.content for d in documents],
+                [str((d.meta or {}).get(self.title_field) or "") if self.title_field else "" for d in documents],
+                [d.score for d in documents] if self.use_retriever_scores else None)
 
     @component.output_types(documents=list[Document])
     def run(self, query: str, documents: list[Document], top_k: int | None = None) -> dict[str, list[Document]]:
         """Rerank ``documents`` for ``query``."""
         docs = list(documents)
-        picked = rerank_documents(self.reranker, query, self._texts(docs), **self._args(docs, top_k))
+        picked = self._core(top_k).rerank(query, *self._inputs(docs))
         return {"documents": [dataclasses.replace(docs[i], score=s) for i, s in picked]}
 
     @component.output_types(documents=list[Document])
@@ -83,5 +75,5 @@ class RagkitRanker:
                         top_k: int | None = None) -> dict[str, list[Document]]:
         """:meth:`run` through the reranker's ``arank`` (for Haystack's ``AsyncPipeline``)."""
         docs = list(documents)
-        picked = await arerank_documents(self.reranker, query, self._texts(docs), **self._args(docs, top_k))
+        picked = await self._core(top_k).arerank(query, *self._inputs(docs))
         return {"documents": [dataclasses.replace(docs[i], score=s) for i, s in picked]}

@@ -21,21 +21,14 @@ from collections.abc import Sequence
 from functools import cache
 from typing import Any
 
-from ragkit.integrations._common import arerank_documents, check_options, rerank_documents
+from ragkit.integrations._common import DocumentReranker, require
 from ragkit.types import Passage
 
 __all__ = ["as_compressor", "as_retriever", "document_to_passage", "passage_to_document"]
 
 
 def _lc() -> Any:
-    try:
-        import langchain_core  # noqa: F401
-    except ImportError as e:  # pragma: no cover - depends on the environment
-        raise ImportError(
-            "ragkit.integrations.langchain needs langchain-core; install it with "
-            "`pip install 'ragkit[langchain]'` or `pip install langchain-core`"
-        ) from e
-    return langchain_core
+    return require("langchain_core", "ragkit.integrations.langchain", "langchain", "langchain-core")
 
 
 def document_to_passage(doc: Any, i: int) -> Passage:
@@ -55,9 +48,12 @@ def passage_to_document(p: Passage, **extra: Any) -> Any:
 
 
 @cache
-def _compressor_cls() -> type:
+def _classes() -> tuple[type, type]:
+    """``(RagkitCompressor, RagkitRetriever)``, defined on first use (LangChain is imported then)."""
     _lc()
+    from langchain_core.callbacks import CallbackManagerForRetrieverRun
     from langchain_core.documents import BaseDocumentCompressor, Document
+    from langchain_core.retrievers import BaseRetriever
     from pydantic import ConfigDict
 
     class RagkitCompressor(BaseDocumentCompressor):
@@ -71,11 +67,13 @@ def _compressor_cls() -> type:
         placement: str = "none"
         profile: Any = None
 
-        def _args(self, docs: list[Document]) -> dict[str, Any]:
+        def _core(self) -> DocumentReranker:
+            return DocumentReranker(self.reranker, self.top_n, self.placement, self.profile)
+
+        def _inputs(self, docs: list[Document]) -> tuple[list[str], list[str], list[Any]]:
             mds = [d.metadata or {} for d in docs]
-            return {"titles": [str(m.get("title") or "") for m in mds],
-                    "scores": [m.get(self.prior_key) for m in mds],
-                    "top_n": self.top_n, "placement": self.placement, "profile": self.profile}
+            return ([d.page_content for d in docs], [str(m.get("title") or "") for m in mds],
+                    [m.get(self.prior_key) for m in mds])
 
         def _out(self, docs: list[Document], picked: list[tuple[int, float]]) -> list[Document]:
             return [Document(page_content=docs[i].page_content, id=getattr(docs[i], "id", None),
@@ -84,25 +82,12 @@ def _compressor_cls() -> type:
         def compress_documents(self, documents: Sequence[Document], query: str,
                                callbacks: Any = None) -> Sequence[Document]:
             docs = list(documents)
-            picked = rerank_documents(self.reranker, query, [d.page_content for d in docs], **self._args(docs))
-            return self._out(docs, picked)
+            return self._out(docs, self._core().rerank(query, *self._inputs(docs)))
 
         async def acompress_documents(self, documents: Sequence[Document], query: str,
                                       callbacks: Any = None) -> Sequence[Document]:
             docs = list(documents)
-            picked = await arerank_documents(self.reranker, query, [d.page_content for d in docs], **self._args(docs))
-            return self._out(docs, picked)
-
-    return RagkitCompressor
-
-
-@cache
-def _retriever_cls() -> type:
-    _lc()
-    from langchain_core.callbacks import CallbackManagerForRetrieverRun
-    from langchain_core.documents import Document
-    from langchain_core.retrievers import BaseRetriever
-    from pydantic import ConfigDict
+            return self._out(docs, await self._core().arerank(query, *self._inputs(docs)))
 
     class RagkitRetriever(BaseRetriever):
         """A ragkit retriever as a LangChain retriever, optionally followed by a document compressor."""
@@ -120,7 +105,7 @@ def _retriever_cls() -> type:
                 docs = list(self.compressor.compress_documents(docs, query))
             return docs
 
-    return RagkitRetriever
+    return RagkitCompressor, RagkitRetriever
 
 
 def as_compressor(
@@ -151,13 +136,13 @@ def as_compressor(
         Metadata key holding the retriever's score; passed to the reranker as its prior when
         every document has it (:func:`as_retriever` sets ``retriever_score``).
     """
-    placement = check_options(reranker, top_n, placement)
-    return _compressor_cls()(reranker=reranker, top_n=top_n, score_key=score_key, placement=placement,
-                             profile=profile, prior_key=prior_key)
+    placement = DocumentReranker(reranker, top_n, placement, profile).placement  # checks the options
+    return _classes()[0](reranker=reranker, top_n=top_n, score_key=score_key, placement=placement,
+                         profile=profile, prior_key=prior_key)
 
 
 def as_retriever(retriever: Any, k: int = 10, compressor: Any = None) -> Any:
     """Wrap a ragkit ``Retriever`` (``search(queries, k)``) as a LangChain ``BaseRetriever``."""
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
-    return _retriever_cls()(retriever=retriever, k=k, compressor=compressor)
+    return _classes()[1](retriever=retriever, k=k, compressor=compressor)

@@ -12,17 +12,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from ragkit.integrations._common import arerank_documents, check_options, rerank_documents
+from ragkit.integrations._common import DocumentReranker, require
 
-try:
-    from llama_index.core.bridge.pydantic import Field, PrivateAttr
-    from llama_index.core.postprocessor.types import BaseNodePostprocessor
-    from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle
-except ImportError as e:  # pragma: no cover - depends on the environment
-    raise ImportError(
-        "ragkit.integrations.llamaindex needs llama-index-core; install it with "
-        "`pip install 'ragkit[llamaindex]'` or `pip install llama-index-core`"
-    ) from e
+require("llama_index.core", "ragkit.integrations.llamaindex", "llamaindex", "llama-index-core")
+from llama_index.core.bridge.pydantic import Field, PrivateAttr  # noqa: E402
+from llama_index.core.postprocessor.types import BaseNodePostprocessor  # noqa: E402
+from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle  # noqa: E402
 
 __all__ = ["RagkitNodePostprocessor"]
 
@@ -38,7 +33,7 @@ class RagkitNodePostprocessor(BaseNodePostprocessor):
         Keep the ``top_n`` best nodes (``None``: all).
     placement
         ``"none"`` (best first), ``"reverse"``, ``"both_ends"`` or ``"bias_aware"`` (see
-        :func:`ragkit.integrations._common.rerank_documents`).
+        :class:`ragkit.integrations._common.DocumentReranker`).
     profile
         Position profile for ``bias_aware``.
     use_retriever_scores
@@ -53,7 +48,7 @@ class RagkitNodePostprocessor(BaseNodePostprocessor):
 
     def __init__(self, reranker: Any, top_n: int | None = None, placement: str = "none", profile: Any = None,
                  use_retriever_scores: bool = True, **kwargs: Any) -> None:
-        placement = check_options(reranker, top_n, placement)
+        placement = DocumentReranker(reranker, top_n, placement, profile).placement  # checks the options
         super().__init__(top_n=top_n, placement=placement, use_retriever_scores=use_retriever_scores, **kwargs)
         self._reranker = reranker
         self._profile = profile
@@ -62,27 +57,23 @@ class RagkitNodePostprocessor(BaseNodePostprocessor):
     def class_name(cls) -> str:
         return "RagkitNodePostprocessor"
 
-    def _args(self, nodes: list[NodeWithScore]) -> dict[str, Any]:
-        return {"scores": [n.score for n in nodes] if self.use_retriever_scores else None,
-                "top_n": self.top_n, "placement": self.placement, "profile": self._profile}
+    def _core(self) -> DocumentReranker:
+        return DocumentReranker(self._reranker, self.top_n, self.placement, self._profile)
 
-    @staticmethod
-    def _query(query_bundle: QueryBundle | None) -> str:
+    def _inputs(self, nodes: list[NodeWithScore], query_bundle: QueryBundle | None
+                ) -> tuple[str, list[str], None, list[float | None] | None]:
         if query_bundle is None or not query_bundle.query_str.strip():
             raise ValueError("RagkitNodePostprocessor needs the query: call postprocess_nodes(nodes, query_str=...) "
                              "or use it inside a query engine")
-        return query_bundle.query_str
-
-    @staticmethod
-    def _texts(nodes: list[NodeWithScore]) -> list[str]:
-        return [n.node.get_content(metadata_mode=MetadataMode.NONE) for n in nodes]
+        return (query_bundle.query_str, [n.node.get_content(metadata_mode=MetadataMode.NONE) for n in nodes], None,
+                [n.score for n in nodes] if self.use_retriever_scores else None)
 
     def _postprocess_nodes(self, nodes: list[NodeWithScore],
                            query_bundle: QueryBundle | None = None) -> list[NodeWithScore]:
         nodes = list(nodes)
         if not nodes:
             return []
-        picked = rerank_documents(self._reranker, self._query(query_bundle), self._texts(nodes), **self._args(nodes))
+        picked = self._core().rerank(*self._inputs(nodes, query_bundle))
         return [NodeWithScore(node=nodes[i].node, score=s) for i, s in picked]
 
     async def _apostprocess_nodes(self, nodes: list[NodeWithScore],
@@ -90,6 +81,5 @@ class RagkitNodePostprocessor(BaseNodePostprocessor):
         nodes = list(nodes)
         if not nodes:
             return []
-        picked = await arerank_documents(self._reranker, self._query(query_bundle), self._texts(nodes),
-                                         **self._args(nodes))
+        picked = await self._core().arerank(*self._inputs(nodes, query_bundle))
         return [NodeWithScore(node=nodes[i].node, score=s) for i, s in picked]
