@@ -137,7 +137,7 @@ def gpu_epilog(script: str, example_args: str | None, note: str | None = None, g
     example_args : str or None
         The flags of the GPU command line, only flags the script has (``"--model Qwen/Qwen2.5-7B-Instruct
         --device cuda --out benchmarks/results/cord-gpu.json"``); ``None`` when the script has no GPU run
-        (``note`` then says why).
+        (``note`` then says why, and no offline line is added).
     note : str, optional
         One more paragraph (what differs on a GPU, what the hub model replaces).
     generator : bool
@@ -156,10 +156,10 @@ def gpu_epilog(script: str, example_args: str | None, note: str | None = None, g
     """
     if not (ROOT / "benchmarks" / script).is_file():
         raise ValueError(f"gpu_epilog: no benchmarks/{script}; pass the script's file name, e.g. 'cord.py'")
-    lines = []
-    if example_args is not None:
-        lines += ["GPU with a hub model (results as benchmarks/results/*-gpu.json; index: benchmarks/README.md):",
-                  f"  python3 benchmarks/{script} {example_args.strip()}"]
+    if example_args is None:
+        return note.strip() if note else ""
+    lines = ["GPU with a hub model (results as benchmarks/results/*-gpu.json; index: benchmarks/README.md):",
+             f"  python3 benchmarks/{script} {example_args.strip()}"]
     if note:
         lines.append(note.strip())
     if generator:
