@@ -586,7 +586,15 @@ def machine_info() -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    from _harness import gpu_epilog
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog=gpu_epilog("model_zoo.py", None, note=(
+                                     "GPU / hub model: not applicable. The zoo builds tiny random models offline (no "
+                                     "download) and runs on CPU by design\n(the CORD and TRL checks use use_cpu=True): "
+                                     "it checks ragkit's log-probs per architecture against a plain forward.\nA hub "
+                                     "model on a GPU (cuda) is exercised by the MoI, CORD and PS-GRPO benchmarks' "
+                                     "--model/--device; see benchmarks/README.md.")))
     ap.add_argument("--out", required=True, help="JSON file to write (atomically)")
     ap.add_argument("--archs", nargs="+", default=list(ARCHS), help=f"architectures (default: all of {list(ARCHS)})")
     ap.add_argument("--seed", type=int, default=0, help="seed of the random weights")
