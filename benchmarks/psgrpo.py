@@ -7,7 +7,8 @@
    the approximation from the exact reward.
 2. One-step PS-GRPO throughput on TRL's GRPOTrainer (CPU, ``use_vllm=False``): wall time of an
    optimisation step and rollout (completion) tokens per second, with the tiny random model
-   (``--model tiny``, default) or the embedded SmolLM2 (``--model default``).
+   (``--model tiny``, default), the embedded SmolLM2 (``--model default``) or any hub id, folder or
+   ``.gguf`` file; ``--device cuda`` runs the step on a GPU, ``--lora-r`` trains LoRA adapters.
 
 Usage::
 
@@ -23,7 +24,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _harness import write_result
+from _harness import gpu_epilog, write_result
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -65,7 +66,7 @@ def bench_rewards(configs: list[tuple[int, int]], kappa: int, s: int, repeats: i
     return rows
 
 
-def bench_step(model: str, steps: int, n: int, g: int, max_new: int) -> dict:
+def bench_step(model: str, steps: int, n: int, g: int, max_new: int, device: str = "cpu", lora_r: int = 0) -> dict:
     from ragkit.datasets import sample_records
     from ragkit.paraphrase import RuleParaphraser, build_paraphrase_sets
     from ragkit.training.psgrpo import PSGRPOConfig, select_passages, train_psgrpo
@@ -77,32 +78,45 @@ def bench_step(model: str, steps: int, n: int, g: int, max_new: int) -> dict:
 
         path: str | None = str(build_tiny_lm(tmp / "tiny"))
         label = "tiny random 2-layer Llama (hidden 32)"
-    else:
+    elif model == "default":
         path = None
         label = "SmolLM2-135M-Instruct (embedded)"
+    else:
+        path = label = model
     recs = sample_records(max(steps, 2))
     sets = build_paraphrase_sets(recs, RuleParaphraser(seed=0), n=n - 1,
                                  passage_filter=lambda r: select_passages(r, 2))
     st = PSGRPOConfig(output_dir=str(tmp / "run"), model=path, paraphrases=n, num_generations=g, max_steps=steps,
                       beta=0.04, epsilon=0.2, kappa=3, max_completion_length=max_new, learning_rate=1e-5,
-                      save_steps=10_000, mask_truncated_completions=False, passage_max_tokens=48, use_cpu=True)
+                      save_steps=10_000, mask_truncated_completions=False, passage_max_tokens=48,
+                      use_cpu=not device.startswith("cuda"), lora_r=lora_r)
     summ = train_psgrpo(sets, st)
-    return {"model": label, "steps": summ["steps"], "n": n, "g": g, "max_completion_length": max_new,
+    return {"model": label, "device": device, "lora_r": lora_r, "steps": summ["steps"], "n": n, "g": g,
+            "max_completion_length": max_new,
             "rollouts_per_step": n * g, "wall_s": summ["wall_s"], "s_per_step": summ["wall_s"] / summ["steps"],
             "rollout_tokens": summ["rollout_tokens"],
             "rollout_tokens_per_s": summ["rollout_tokens"] / summ["wall_s"]}
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description="PS-GRPO reward and step benchmarks")
+    ap = argparse.ArgumentParser(
+        description="PS-GRPO reward and step benchmarks", formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=gpu_epilog("psgrpo.py", "--model Qwen/Qwen2.5-7B-Instruct --device cuda --lora-r 16 --steps 4 "
+                                       "--out benchmarks/results/psgrpo-gpu.json",
+                          note="(--lora-r: a 7B full fine-tune with AdamW does not fit in 80 GB; TRL with vLLM "
+                               "rollouts is `ragkit train psgrpo --use-vllm`.)"))
     ap.add_argument("--out", required=True, help="JSON result file")
-    ap.add_argument("--model", default="tiny", help="'tiny' (random test model) or 'default' (SmolLM2)")
+    ap.add_argument("--model", default="tiny",
+                    help="'tiny' (random test model), 'default' (embedded SmolLM2), or a hub id, folder or .gguf file")
+    ap.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda")
+    ap.add_argument("--lora-r", type=int, default=0, help="LoRA rank of the training step (0: full fine-tuning)")
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=20)
     ap.add_argument("--skip-step", action="store_true")
     args = ap.parse_args()
     import torch
 
+    device = args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
     res: dict = {"machine": f"{torch.get_num_threads()} torch threads, shared with other jobs",
                  "rewards": bench_rewards([(6, 4), (16, 4), (16, 8)], kappa=3, s=1, repeats=args.repeats)}
     print(f"{'n':>3} {'g':>3} {'exact cmp':>9} {'approx cmp':>10} {'exact ms':>9} {'approx ms':>9} "
@@ -111,12 +125,12 @@ def main() -> None:
         print(f"{r['n']:>3} {r['g']:>3} {r['exact_comparisons']:>9} {r['approx_comparisons']:>10} "
               f"{r['exact_ms']:>9.2f} {r['approx_ms']:>9.2f} {r['speedup']:>7.1f} {r['mean_abs_dev_from_exact']:>6.3f}")
     if not args.skip_step:
-        res["step"] = bench_step(args.model, args.steps, n=4, g=4, max_new=12)
+        res["step"] = bench_step(args.model, args.steps, n=4, g=4, max_new=12, device=device, lora_r=args.lora_r)
         st = res["step"]
         print(f"\none PS-GRPO step ({st['model']}, n=4, g=4): {st['s_per_step']:.2f} s/step, "
               f"{st['rollout_tokens_per_s']:.1f} rollout tokens/s")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    write_result(args.out, res)
+    write_result(args.out, res, device=device)
 
 
 if __name__ == "__main__":
