@@ -16,8 +16,8 @@ on the machine's load.
 * ``rank_bm25_qps``: ``BM25Retriever(backend="rank_bm25")`` on the first ``--rank-bm25-queries``
   queries only (it scores every document in Python-level numpy per query term: slow).
 * ``bm25_speedup`` = ``bm25s_qps / rank_bm25_qps`` (same corpus, tokenizer, k).
-* ``dense_encode_per_s``: the embedded all-MiniLM-L6-v2 encoding ``--n-encode`` generated
-  passages (batch 64).
+* ``dense_encode_per_s``: the encoder (``--embedder``, default the embedded all-MiniLM-L6-v2) on
+  ``--device`` encoding ``--n-encode`` generated passages (batch 64).
 * ``dense_search_qps_flat`` / ``_hnsw``: FAISS search of ``--n-docs`` random unit vectors of the
   encoder's dimension (search cost depends on n and d, not on content), batched queries, k=10.
 
@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from _harness import write_result
+from _harness import gpu_epilog, write_result
 
 from ragkit.types import Passage
 
@@ -229,8 +229,17 @@ def rss_part(args: argparse.Namespace, res: dict[str, Any]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=gpu_epilog("retrieval.py", "--device cuda --embedder BAAI/bge-base-en-v1.5 --n-encode 50000 "
+                                          "--out benchmarks/results/retrieval-gpu.json", generator=False,
+                          note="(No generator here: on a GPU the dense rows change -- the encoder on --device, and "
+                               "FAISS flat search on GPU 0\nwhen faiss-gpu is installed, "
+                               '`pip install "ragkit[gpu]"`; BM25 runs on the CPU either way.)'))
     ap.add_argument("--out", required=True, help="JSON file to write")
+    ap.add_argument("--embedder", default=None,
+                    help="dense encoder: hub id or folder (default: the embedded all-MiniLM-L6-v2)")
+    ap.add_argument("--device", default="cpu", help="encoder device: cpu (default), cuda, auto")
     ap.add_argument("--n-docs", type=int, default=50000)
     ap.add_argument("--n-queries", type=int, default=1000)
     ap.add_argument("--rank-bm25-queries", type=int, default=20)
@@ -289,11 +298,12 @@ def main(argv: list[str] | None = None) -> int:
         from ragkit.retrievers import DenseRetriever
 
         res["torch_threads"] = torch.get_num_threads()
-        enc = DenseRetriever(None, device="cpu", show_progress=False)
+        enc = DenseRetriever(args.embedder, device=args.device, show_progress=False)
         enc.encode_passages(corpus[:64])  # load + warm-up
         n_enc = min(args.n_encode, len(corpus))
         vecs, t = timed(enc.encode_passages, corpus[:n_enc])
-        res["dense_encoder"] = DEFAULT_EMBEDDER
+        res["dense_encoder"] = args.embedder or DEFAULT_EMBEDDER
+        res["dense_device"] = args.device
         res["dense_encode_n"] = n_enc
         res["dense_encode_per_s"] = n_enc / t
         d = int(vecs.shape[1])
@@ -304,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
         res["faiss_threads"] = faiss.omp_get_max_threads()
         flat_hits = None
         for index_type in ("flat", "hnsw"):
-            r = DenseRetriever(None, index_type=index_type, device="cpu", show_progress=False)
+            r = DenseRetriever(args.embedder, index_type=index_type, device=args.device, show_progress=False)
             _, res[f"dense_build_s_{index_type}"] = timed(r.index_vectors, corpus, doc_vecs)
             r.search_vectors(q_vecs[:5], args.k)
             out, t = timed(r.search_vectors, q_vecs, args.k)
@@ -322,7 +332,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'metric':<36} {'value':>14}")
     for k, v in rows:
         print(f"{k:<36} {v:>14.3f}" if isinstance(v, float) else f"{k:<36} {v:>14d}")
-    write_result(args.out, res)
+    write_result(args.out, res, device=None if args.device == "auto" else args.device)
     print(f"wrote {args.out}")
     return 0
 
