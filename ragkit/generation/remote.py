@@ -46,6 +46,7 @@ import numpy as np
 from ragkit.generation.base import ScoreResult
 from ragkit.generation.fitting import answer_text, encode_answers, encode_prompts, fit_passages
 from ragkit.generation.prompts import PromptTemplate, get_template
+from ragkit.generation.scoring import ordering_inputs, per_query
 from ragkit.io import progress
 from ragkit.text import extract_answer
 from ragkit.types import Passage, as_passages
@@ -474,39 +475,9 @@ class RemoteGenerator:
         (SGLang's radix cache) reuses the shared prefix, vLLM computes prompt log-probs without
         its prefix cache.
         """
-        n = len(questions)
-        if not (len(passages) == len(orderings) == len(answers) == n):
-            raise ValueError(
-                f"score_orderings() got {n} questions, {len(passages)} passage lists, {len(orderings)} "
-                f"ordering lists and {len(answers)} answers; pass one of each per query")
-        flat_p: list[str] = []
-        flat_a: list[str] = []
-        sizes: list[int] = []
-        for q in range(n):
-            ps = as_passages(passages[q])
-            orders = [list(map(int, o)) for o in orderings[q]]
-            if not orders:
-                raise ValueError(f"query {q} has no orderings; pass at least one ordering")
-            for m, o in enumerate(orders):
-                if any(i < 0 or i >= len(ps) for i in o) or len(set(o)) != len(o):
-                    raise ValueError(f"ordering {m} of query {q} ({o}) must list distinct passage indices "
-                                     f"in [0, {len(ps)})")
-            texts = self._fit_passages(questions[q], ps)
-            flat_p += [self.template.build(questions[q], [ps[i] for i in o], self.tokenizer, [texts[i] for i in o])
-                       for o in orders]
-            a = answers[q]
-            a_list = [a] * len(orders) if isinstance(a, str) else list(a)
-            if len(a_list) != len(orders):
-                raise ValueError(f"query {q} has {len(orders)} orderings but {len(a_list)} answers; "
-                                 "pass one answer string or one answer per ordering")
-            flat_a += a_list
-            sizes.append(len(orders))
-        res = self.score(flat_p, flat_a)
-        out, off = [], 0
-        for s in sizes:
-            out.append(ScoreResult.from_token_logprobs(res.token_logprobs[off:off + s]))
-            off += s
-        return out
+        prompts, ans = ordering_inputs(self, questions, passages, orderings, answers)
+        res = self.score([p for ps in prompts for p in ps], [a for as_ in ans for a in as_])
+        return per_query(res.token_logprobs, [len(ps) for ps in prompts])
 
     # ------------------------------------------------------------------ generation
     def generate(

@@ -37,10 +37,12 @@ if TYPE_CHECKING:  # pragma: no cover
     import torch
 
     from ragkit.generation.generator import Generator
+    from ragkit.generation.remote import RemoteGenerator
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["score", "score_orderings", "run_orderings", "ordering_prompts", "common_prefix_len", "cache_ok"]
+__all__ = ["score", "score_orderings", "run_orderings", "ordering_prompts", "ordering_inputs", "per_query",
+           "common_prefix_len", "cache_ok"]
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -164,11 +166,14 @@ def _score_ids(gen: Generator, p_ids: Sequence[Sequence[int]], a_ids: Sequence[S
 
 
 # ----------------------------------------------------------------------------- orderings
-def ordering_prompts(gen: Generator, questions: Sequence[str], passages: Sequence[Sequence[Passage | str]],
+def ordering_prompts(gen: Generator | RemoteGenerator, questions: Sequence[str],
+                     passages: Sequence[Sequence[Passage | str]],
                      orderings: Sequence[Sequence[Sequence[int]]]) -> list[list[str]]:
     """Per query, the full prompt of each ordering (passages fitted once per query, order-free).
 
     An ordering lists distinct passage indices; it may hold any subset (``[]``: no passages).
+    ``gen`` is any generator with the prompt settings (``tokenizer``, ``template``,
+    ``max_length``, ``answer_reserve``, ``passage_max_tokens``): local or remote.
     """
     n = len(questions)
     if not (len(passages) == len(orderings) == n):
@@ -188,6 +193,46 @@ def ordering_prompts(gen: Generator, questions: Sequence[str], passages: Sequenc
                              answer_reserve=gen.answer_reserve, passage_max_tokens=gen.passage_max_tokens)
         out.append([gen.template.build(questions[q], [ps[i] for i in o], gen.tokenizer, [texts[i] for i in o])
                     for o in orders])
+    return out
+
+
+def ordering_inputs(
+    gen: Generator | RemoteGenerator,
+    questions: Sequence[str],
+    passages: Sequence[Sequence[Passage | str]],
+    orderings: Sequence[Sequence[Sequence[int]]],
+    answers: Sequence[str | Sequence[str]],
+) -> tuple[list[list[str]], list[list[str]]]:
+    """Per query, the prompt of each ordering (:func:`ordering_prompts`) and the answer scored under it.
+
+    ``answers[q]`` is one string (scored under every ordering of query ``q``) or one per ordering.
+    """
+    n = len(questions)
+    if not (len(passages) == len(orderings) == len(answers) == n):
+        raise ValueError(
+            f"score_orderings() got {n} questions, {len(passages)} passage lists, {len(orderings)} "
+            f"ordering lists and {len(answers)} answers; pass one of each per query")
+    prompts = ordering_prompts(gen, questions, passages, orderings)
+    ans: list[list[str]] = []
+    for q in range(n):
+        a = answers[q]
+        if isinstance(a, str):
+            ans.append([a] * len(prompts[q]))
+        else:
+            a = list(a)
+            if len(a) != len(prompts[q]):
+                raise ValueError(f"query {q} has {len(prompts[q])} orderings but {len(a)} answers; "
+                                 "pass one answer string or one answer per ordering")
+            ans.append(a)
+    return prompts, ans
+
+
+def per_query(token_logprobs: Sequence[np.ndarray], sizes: Sequence[int]) -> list[ScoreResult]:
+    """Flat per-answer token log-probs cut into one :class:`ScoreResult` per query (``sizes[q]`` rows each)."""
+    out, off = [], 0
+    for size in sizes:
+        out.append(ScoreResult.from_token_logprobs(token_logprobs[off:off + size]))
+        off += size
     return out
 
 
@@ -241,35 +286,15 @@ def score_orderings(
     """:meth:`ragkit.generation.Generator.score_orderings` (see there)."""
     import torch
 
-    n = len(questions)
-    if not (len(passages) == len(orderings) == len(answers) == n):
-        raise ValueError(
-            f"score_orderings() got {n} questions, {len(passages)} passage lists, {len(orderings)} "
-            f"ordering lists and {len(answers)} answers; pass one of each per query")
-    prompts = ordering_prompts(gen, questions, passages, orderings)
-    ans: list[list[str]] = []
-    for q in range(n):
-        a = answers[q]
-        if isinstance(a, str):
-            ans.append([a] * len(prompts[q]))
-        else:
-            a = list(a)
-            if len(a) != len(prompts[q]):
-                raise ValueError(f"query {q} has {len(prompts[q])} orderings but {len(a)} answers; "
-                                 "pass one answer string or one answer per ordering")
-            ans.append(a)
+    prompts, ans = ordering_inputs(gen, questions, passages, orderings, answers)
+    n = len(prompts)
     flat_p = [p for ps_ in prompts for p in ps_]
     flat_a = [a for as_ in ans for a in as_]
     what = [f"query {q} ordering {m}" for q in range(n) for m in range(len(prompts[q]))]
     p_flat, a_flat = _encode_scored(gen, flat_p, flat_a, what)
     if not cache_ok(gen):
         logger.info("model cache layout does not allow prefix reuse; scoring orderings without it")
-        res = _score_ids(gen, p_flat, a_flat, desc="score orderings")
-        out, off = [], 0
-        for ps_ in prompts:
-            out.append(ScoreResult.from_token_logprobs(res[off:off + len(ps_)]))
-            off += len(ps_)
-        return out
+        return per_query(_score_ids(gen, p_flat, a_flat, desc="score orderings"), [len(ps_) for ps_ in prompts])
     p_ids: list[list[list[int]]] = []
     a_ids: list[list[list[int]]] = []
     off = 0
