@@ -21,19 +21,25 @@ import sys
 import time
 from typing import Any
 
-from _harness import rel, write_result
+from _harness import gpu_epilog, rel, write_result
 
 METRICS = ["recall@2", "recall@10", "mrr@10", "ndcg@10"]
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=gpu_epilog("retrieval_quality.py", "--data ../shared/data/hotpotqa/dev.jsonl --embedder "
+                                                  "BAAI/bge-base-en-v1.5 --device cuda "
+                                                  "--out benchmarks/results/retrieval_quality-gpu.json",
+                          generator=False, note="(No generator here: the GPU runs the dense encoder; BM25 is the "
+                                                "same on any machine.)"))
     ap.add_argument("--data", required=True, help="HotpotQA dev JSONL (distractor setting)")
     ap.add_argument("--out", required=True, help="JSON file to write")
     ap.add_argument("--limit", type=int, default=300, help="number of questions")
     ap.add_argument("--k", type=int, default=10)
     ap.add_argument("--embedder", default=None, help="dense encoder (default embedded MiniLM)")
-    ap.add_argument("--device", default="auto")
+    ap.add_argument("--device", default="auto", help="encoder device: auto (CUDA when present), cpu, cuda")
     args = ap.parse_args(argv)
 
     from ranx import Qrels, Run, evaluate
@@ -86,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'system':<12}" + "".join(f"{m:>11}" for m in METRICS))
     for name, sc in results.items():
         print(f"{name:<12}" + "".join(f"{sc[m]:>11.4f}" for m in METRICS))
-    write_result(args.out, out)
+    write_result(args.out, out, device=None if args.device == "auto" else args.device)
     print(f"wrote {args.out}")
     return 0
 
