@@ -154,39 +154,6 @@ def _config_from_args(parser_cls: type, args: argparse.Namespace) -> Any:
     return parser_cls(**values)
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add ``ragkit train`` with its ``cord`` and ``psgrpo`` sub-commands."""
-    train = subparsers.add_parser(
-        "train", help="fine-tune a generator against position/wording bias (cord, psgrpo)",
-        description="Fine-tune a generator: `ragkit train cord ...` or `ragkit train psgrpo ...`. "
-                    "`ragkit train METHOD --help` lists every setting; `--config run.yaml` reads them from a file.")
-    train_sub = train.add_subparsers(dest="train_method", metavar="{cord,psgrpo}", parser_class=ConfigParser)
-    p = train_sub.add_parser(
-        "cord", config=("ragkit.training.cord", "CORDConfig"), legacy=_LEGACY["cord"],
-        help="CORD: train the generator to answer consistently under passage reorderings",
-        description=(
-            "CORD (Lee et al., NAACL 2025, arXiv 2412.14581): fine-tune a causal LM on (retriever order, "
-            "perturbed order) prompt pairs run in one stacked forward. --loss cord: CE + lambda * KL(teacher || "
-            "student) with the lower-CE ordering as a stop-gradient teacher; consistency: CE + lambda * JS; "
-            "shuffle: CE on uniformly shuffled orders; score_aware: CE on score-aware perturbed orders; ce: CE on "
-            "the retriever order. Every option is a field of CORDConfig (transformers.TrainingArguments). "
-            "Multi-GPU: `accelerate launch -m ragkit.cli train cord --config run.yaml`."))
-    add_output_args(p, out_help="also write the run summary JSON to this file")
-    p.set_defaults(func=run_cord)
-    p = train_sub.add_parser(
-        "psgrpo", config=("ragkit.training.psgrpo", "PSGRPOConfig"), legacy=_LEGACY["psgrpo"],
-        help="PS-GRPO: RL for consistent answers across paraphrased questions",
-        description=(
-            "PS-GRPO (Hamman et al., NeurIPS 2025, arXiv 2510.04392): group-similarity GRPO over paraphrase "
-            "sets on TRL's GRPOTrainer. Each question gets --paraphrases wordings, each wording "
-            "--num_generations sampled answers, each answer is rewarded by its similarity to the answers of "
-            "the other wordings (+ gold_weight * F1 to the gold answer). Every option is a field of "
-            "PSGRPOConfig (trl.GRPOConfig). GPU: --use_vllm; several GPUs: "
-            "`accelerate launch -m ragkit.cli train psgrpo --config run.yaml`."))
-    add_output_args(p, out_help="also write the run summary JSON to this file")
-    p.set_defaults(func=run_psgrpo)
-
-
 def _text(summary: dict[str, Any]) -> str:
     keys = ("method", "global_step", "steps_this_run", "train_loss", "final_dir", "resumed_from")
     return "\n".join(f"{k}: {summary.get(k)}" for k in keys if k in summary)
@@ -215,3 +182,43 @@ def run_psgrpo(args: argparse.Namespace) -> int:
     summary.pop("history", None)
     emit(summary, args, _text(summary))
     return 0
+
+
+# method -> ((config module, config class), help, description, handler)
+_METHODS: dict[str, tuple[tuple[str, str], str, str, Any]] = {
+    "cord": (
+        ("ragkit.training.cord", "CORDConfig"),
+        "CORD: train the generator to answer consistently under passage reorderings",
+        "CORD (Lee et al., NAACL 2025, arXiv 2412.14581): fine-tune a causal LM on (retriever order, "
+        "perturbed order) prompt pairs run in one stacked forward. --loss cord: CE + lambda * KL(teacher || "
+        "student) with the lower-CE ordering as a stop-gradient teacher; consistency: CE + lambda * JS; "
+        "shuffle: CE on uniformly shuffled orders; score_aware: CE on score-aware perturbed orders; ce: CE on "
+        "the retriever order. Every option is a field of CORDConfig (transformers.TrainingArguments). "
+        "Multi-GPU: `accelerate launch -m ragkit.cli train cord --config run.yaml`.",
+        run_cord,
+    ),
+    "psgrpo": (
+        ("ragkit.training.psgrpo", "PSGRPOConfig"),
+        "PS-GRPO: RL for consistent answers across paraphrased questions",
+        "PS-GRPO (Hamman et al., NeurIPS 2025, arXiv 2510.04392): group-similarity GRPO over paraphrase "
+        "sets on TRL's GRPOTrainer. Each question gets --paraphrases wordings, each wording "
+        "--num_generations sampled answers, each answer is rewarded by its similarity to the answers of "
+        "the other wordings (+ gold_weight * F1 to the gold answer). Every option is a field of "
+        "PSGRPOConfig (trl.GRPOConfig). GPU: --use_vllm; several GPUs: "
+        "`accelerate launch -m ragkit.cli train psgrpo --config run.yaml`.",
+        run_psgrpo,
+    ),
+}
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``ragkit train`` with its ``cord`` and ``psgrpo`` sub-commands."""
+    train = subparsers.add_parser(
+        "train", help="fine-tune a generator against position/wording bias (cord, psgrpo)",
+        description="Fine-tune a generator: `ragkit train cord ...` or `ragkit train psgrpo ...`. "
+                    "`ragkit train METHOD --help` lists every setting; `--config run.yaml` reads them from a file.")
+    train_sub = train.add_subparsers(dest="train_method", metavar="{cord,psgrpo}", parser_class=ConfigParser)
+    for method, (config, help_, description, handler) in _METHODS.items():
+        p = train_sub.add_parser(method, config=config, legacy=_LEGACY[method], help=help_, description=description)
+        add_output_args(p, out_help="also write the run summary JSON to this file")
+        p.set_defaults(func=handler)
