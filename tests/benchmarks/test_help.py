@@ -9,6 +9,7 @@ table has no GPU run ("not applicable").
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import re
 import subprocess
@@ -37,10 +38,13 @@ def _help(script: str) -> str:
     return res.stdout
 
 
-def _usage_flags(text: str) -> set[str]:
-    """The options argparse lists in the usage block (every non-suppressed option, nothing from the epilog)."""
-    usage = text.split("\n\n", 1)[0]
-    return set(_FLAG.findall(usage))
+def _option_flags(text: str) -> set[str]:
+    """Every option string argparse lists (``-k K, --k K  help`` lines; aliases included, nothing from the epilog)."""
+    flags: set[str] = set()
+    for line in text.splitlines():
+        if re.match(r"^ {2,6}-", line):
+            flags.update(_FLAG.findall(re.split(r"\s{2,}", line.strip())[0]))
+    return flags
 
 
 def _gpu_commands(text: str, script: str) -> list[str]:
@@ -58,7 +62,7 @@ def test_help_shows_the_gpu_run(script: str) -> None:
     assert commands or "not applicable" in text, (
         f"{script} --help has no GPU command line (python3 benchmarks/{script} ... --device cuda) and does not say "
         "why; add epilog=_harness.gpu_epilog(...)")
-    own = _usage_flags(text)
+    own = _option_flags(text)
     for cmd in commands:
         unknown = sorted(set(f.split("=")[0] for f in _FLAG.findall(cmd)) - own)
         assert not unknown, f"{script}: the GPU command uses flags the script does not have: {unknown}"
@@ -86,3 +90,75 @@ def test_gpu_epilog(harness: ModuleType) -> None:
     assert harness.gpu_epilog("model_zoo.py", None, note="GPU: not applicable.") == "GPU: not applicable."
     with pytest.raises(ValueError, match="no benchmarks/nope.py"):
         harness.gpu_epilog("nope.py", "--device cuda")
+
+
+# ----------------------------------------------------------------------------- benchmarks/README.md
+INDEX = BENCH / "README.md"
+RESULTS = BENCH / "results"
+# results still being produced when the index row was written; remove a name once its file is committed
+PENDING_RESULTS = {"generators-cpu.json"}
+
+
+@functools.cache
+def _flags_of(command: tuple[str, ...]) -> frozenset[str]:
+    """Option strings of ``("benchmarks/x.py",)`` or a ``ragkit`` sub-command such as ``("eval", "sweep")``."""
+    if command[0].startswith("benchmarks/"):
+        return frozenset(_option_flags(_help(command[0].split("/", 1)[1])))
+    res = subprocess.run([sys.executable, "-m", "ragkit.cli", *command, "--help"], cwd=ROOT, capture_output=True,
+                         text=True, timeout=120)
+    assert res.returncode == 0, f"ragkit {' '.join(command)} --help exited {res.returncode}: {res.stderr[-2000:]}"
+    return frozenset(_option_flags(res.stdout))
+
+
+def _index_rows() -> list[list[str]]:
+    rows = []
+    for line in INDEX.read_text().splitlines():
+        if line.startswith("|") and not line.startswith("|---"):
+            rows.append([c.strip() for c in line.strip().strip("|").split("|")])
+    assert rows and rows[0][:3] == ["README table (## Results)", "command", "JSON (`benchmarks/results/`)"]
+    return rows[1:]
+
+
+def _command_of(span: str) -> tuple[str, ...] | None:
+    tokens = span.split()
+    if tokens[:2] and tokens[0] == "python3" and tokens[1].startswith("benchmarks/"):
+        assert (ROOT / tokens[1]).is_file(), f"benchmarks/README.md names a missing script: {tokens[1]}"
+        return (tokens[1],)
+    if tokens and tokens[0] == "ragkit":
+        subs = []
+        for t in tokens[1:]:
+            if t.startswith("-"):
+                break
+            subs.append(t)
+        return tuple(subs)
+    return None
+
+
+def test_index_commands_use_real_flags() -> None:
+    """Every command in the index uses only options its script (or ``ragkit`` sub-command) has."""
+    last: tuple[str, ...] | None = None
+    for row in _index_rows():
+        cell = row[1]
+        for span in re.findall(r"`([^`]+)`", cell):
+            cmd = _command_of(span)
+            if cmd is not None:
+                last = cmd
+            assert last is not None, f"benchmarks/README.md row {row[0]!r}: flags before any command"
+            flags = {f for f in _FLAG.findall(span.split(">")[0])}
+            unknown = sorted(flags - _flags_of(last))
+            assert not unknown, f"benchmarks/README.md row {row[0]!r}: {' '.join(last)} has no {unknown}"
+
+
+def test_index_names_every_result_file() -> None:
+    """Each JSON the index names exists (or is pending), and every JSON in results/ is in the index."""
+    text = INDEX.read_text()
+    named = set()
+    for row in _index_rows():
+        for name in re.findall(r"`([^`*]+\.json)`", row[2]):
+            named.add(name)
+            assert (RESULTS / name).is_file() or name in PENDING_RESULTS, f"benchmarks/README.md: no results/{name}"
+        for name in re.findall(r"`([^`]+\.json)`", row[4]):
+            assert name.endswith("-gpu.json"), f"benchmarks/README.md GPU column: {name} is not a *-gpu.json"
+    assert named, "no JSON named in benchmarks/README.md"
+    missing = sorted(p.name for p in RESULTS.glob("*.json") if p.name not in text)
+    assert not missing, f"results without a row in benchmarks/README.md: {missing}"
