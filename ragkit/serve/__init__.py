@@ -13,9 +13,10 @@ from typing import Any
 
 from ragkit.serve.app import RequestError, create_app
 from ragkit.serve.batcher import MicroBatcher, QueueFullError
+from ragkit.serve.scoring import PairBatchScorer
 from ragkit.serve.settings import ServeSettings
 
-__all__ = ["MicroBatcher", "QueueFullError", "RequestError", "ServeSettings", "create_app", "run"]
+__all__ = ["MicroBatcher", "PairBatchScorer", "QueueFullError", "RequestError", "ServeSettings", "create_app", "run"]
 
 
 def run(app: Any, host: str = "127.0.0.1", port: int = 8080, log_level: str = "info") -> None:

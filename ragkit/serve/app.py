@@ -15,8 +15,10 @@ Endpoints
 
 Scores: the reranker's raw score ``s`` is reported as ``sigmoid(s) = 1 / (1 + exp(-s))`` (Cohere's
 ``relevance_score`` lies in [0, 1]; TEI applies the same unless ``raw_scores``); the order is the
-reranker's order either way. Concurrent requests are micro-batched into one ``rank_many`` call
-(:class:`ragkit.serve.MicroBatcher`).
+reranker's order either way. Concurrent requests are micro-batched into one call
+(:class:`ragkit.serve.MicroBatcher`): ``rank_many``, or for a pointwise cross-encoder (the
+distilled student) :class:`ragkit.serve.PairBatchScorer`, which scores each distinct pair once in
+length-bucketed encoder batches (the same rankings, less padding).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from ragkit.serve.batcher import MicroBatcher, QueueFullError
+from ragkit.serve.scoring import PairBatchScorer, is_pointwise
 from ragkit.serve.settings import ServeSettings
 from ragkit.types import Passage, RankedList
 
@@ -135,10 +138,13 @@ class _Metrics:
         self.batch_seconds.observe(seconds)
 
 
-def _rank_fn(reranker: Any) -> Callable[[list[str], list[list[Passage]]], list[RankedList]]:
+def _rank_fn(reranker: Any, settings: ServeSettings) -> Callable[[list[str], list[list[Passage]]], list[RankedList]]:
+    """The batch function: :class:`PairBatchScorer` for a pointwise cross-encoder, else ``rank_many``."""
     if not callable(getattr(reranker, "rank_many", None)):
         raise TypeError(f"{type(reranker).__name__} has no rank_many(queries, passage_lists); "
                         "pass a ragkit.reranking.Reranker")
+    if is_pointwise(reranker):
+        return PairBatchScorer(reranker, max_batch_tokens=settings.max_batch_tokens)
 
     def fn(queries: list[str], passages: list[list[Passage]]) -> list[RankedList]:
         return list(reranker.rank_many(queries, passages))
@@ -172,7 +178,8 @@ def create_app(reranker: Any, settings: ServeSettings | None = None) -> Any:
 
     settings = settings or ServeSettings()
     metrics = _Metrics()
-    batcher = MicroBatcher(_rank_fn(reranker), settings.max_batch_size, settings.max_wait_ms,
+    rank_fn = _rank_fn(reranker, settings)
+    batcher = MicroBatcher(rank_fn, settings.max_batch_size, settings.max_wait_ms,
                            settings.max_queue, on_batch=metrics.on_batch)
 
     def error(status: int, message: str, field: str | None = None, headers: dict[str, str] | None = None,
@@ -294,6 +301,9 @@ def create_app(reranker: Any, settings: ServeSettings | None = None) -> Any:
         ok = not batcher.crashed
         body = {"status": "ok" if ok else "error", "model": settings.model_name, "queue_depth": batcher.depth,
                 "batches": batcher.batches, "requests": batcher.requests, "settings": settings.public()}
+        if isinstance(rank_fn, PairBatchScorer):
+            body["pairs"] = {"requested": rank_fn.pairs_requested, "scored": rank_fn.pairs_scored,
+                             "real_tokens": rank_fn.real_tokens, "padded_tokens": rank_fn.padded_tokens}
         return JSONResponse(body, status_code=200 if ok else 503)
 
     async def prometheus(request: Request) -> Response:

@@ -32,6 +32,9 @@ class ServeSettings:
         The ``Retry-After`` value (seconds) sent with a 503.
     model_name
         The name reported in responses and ``/health``.
+    max_batch_tokens
+        For a pointwise cross-encoder (the student): most padded tokens (rows x longest pair) in
+        one encoder forward of a merged batch (see :class:`ragkit.serve.PairBatchScorer`).
     """
 
     max_batch_size: int = 32
@@ -42,9 +45,11 @@ class ServeSettings:
     api_key: str | None = None
     retry_after_s: int = 1
     model_name: str = "ragkit-reranker"
+    max_batch_tokens: int = 4096
 
     def __post_init__(self) -> None:
-        for name in ("max_batch_size", "max_queue", "max_documents", "max_chars", "retry_after_s"):
+        for name in ("max_batch_size", "max_queue", "max_documents", "max_chars", "retry_after_s",
+                     "max_batch_tokens"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise ValueError(f"ServeSettings.{name} must be an integer >= 1, got {v!r}")
