@@ -52,6 +52,7 @@ def _single(a: argparse.Namespace) -> dict[str, Any]:
     import torch
 
     from ragkit.generation import Generator
+    from ragkit.models import check_device, resolve_device
     from ragkit.training.cord import CORDCollator, CORDConfig, answer_logprobs, load_model, pair_loss
     from ragkit.training.data import load_examples
     from ragkit.training.perturb import OrderPerturbation
@@ -61,7 +62,8 @@ def _single(a: argparse.Namespace) -> dict[str, Any]:
                     lora=a.lora, passage_max_tokens=a.passage_max_tokens)
     examples = load_examples(a.data_file, limit=a.batch_size, k=a.k)
     model, tok, _ = load_model(st)
-    dev = a.device if a.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
+    dev = resolve_device(a.device)
+    check_device(dev)
     model.to(dev)
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     gen = Generator.from_components(base, tok, passage_max_tokens=a.passage_max_tokens, show_progress=False)
@@ -110,6 +112,12 @@ def main() -> int:
     ap.add_argument("--tmp", default="/tmp/ragkit-cord-bench")
     ap.add_argument("--single", default=None, help=argparse.SUPPRESS)
     a = ap.parse_args()
+    from ragkit.models import check_device
+
+    try:
+        check_device(a.device)
+    except ValueError as e:
+        ap.error(str(e))
     if a.data_file is None:
         a.data_file = str(shared_data("hotpotqa", "train.jsonl"))
     os.environ.setdefault("RAGKIT_NO_PROGRESS", "1")

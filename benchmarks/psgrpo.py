@@ -116,8 +116,15 @@ def main() -> None:
     args = ap.parse_args()
     import torch
 
-    device = args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
-    res: dict = {"machine": f"{torch.get_num_threads()} torch threads, shared with other jobs",
+    from ragkit.models import check_device, resolve_device
+
+    device = resolve_device(args.device)
+    try:
+        check_device(device)
+    except ValueError as e:
+        ap.error(str(e))
+    res: dict = {"machine": f"{torch.get_num_threads()} torch threads, shared with other jobs" if device == "cpu"
+                 else f"GPU ({device})",
                  "rewards": bench_rewards([(6, 4), (16, 4), (16, 8)], kappa=3, s=1, repeats=args.repeats)}
     print(f"{'n':>3} {'g':>3} {'exact cmp':>9} {'approx cmp':>10} {'exact ms':>9} {'approx ms':>9} "
           f"{'speedup':>7} {'MAD':>6}")
