@@ -7,12 +7,15 @@ import pytest
 from ragkit import BM25Retriever, Generator, MoIReranker, Passage, RAGPipeline
 from ragkit.debias import SingleAnswerer
 
+# BM25 returns only passages sharing a word with the question: both test questions match
+# every passage they ask k of ("first"/"magazine"; "capital"/"France")
 CORPUS = [
-    Passage("arthur", "Arthur's Magazine was an American literary periodical first published in 1844.",
-            "Arthur's Magazine"),
-    Passage("women", "First for Women is a woman's magazine published by Bauer Media Group since 1989.",
-            "First for Women"),
-    Passage("fox", "The quick brown fox jumps over the lazy dog.", "Fox"),
+    Passage("arthur", "Arthur's Magazine was an American literary periodical first published in 1844, "
+            "when Philadelphia was the capital of American magazines.", "Arthur's Magazine"),
+    Passage("women", "First for Women is a woman's magazine published by Bauer Media Group since 1989, "
+            "also sold in France.", "First for Women"),
+    Passage("fox", "The quick brown fox jumps over the lazy dog: the first line of a capital-letters typing drill.",
+            "Fox"),
     Passage("paris", "Paris is the capital of France.", "Paris"),
 ]
 

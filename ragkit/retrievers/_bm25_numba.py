@@ -6,6 +6,9 @@ the pre-computed ``idf(t) * tfc(t, d)`` of every document ``d`` containing term 
 
     score(d) = sum_{t in q} S[d, t]  (+ sum_{t in q} nonocc(t) for BM25L / BM25+)
 
+Only documents with ``sum_{t in q} S[d, t] > 0`` (a query term weighs on them; ``S >= 0``) are
+candidates: a query with fewer matches than ``k`` fills fewer than ``k`` slots (the rest ``-1``).
+
 accumulated in float32 term by term, in the order bm25s's NumPy scorer uses, so both scorers give
 bit-identical scores. The top ``k`` are selected exactly in the order (score descending, document
 position ascending): ties at the k-th score are resolved by position, never arbitrarily
@@ -67,7 +70,8 @@ def _sift_to_leaf(hs: np.ndarray, hi: np.ndarray, n: int) -> None:
 def topk_batch(data: np.ndarray, indptr: np.ndarray, indices: np.ndarray, num_docs: int,
                q_ids: np.ndarray, q_ptr: np.ndarray, q_offset: np.ndarray,
                k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Exact top-``k`` (positions, float32 scores) of every query, unsorted within a row.
+    """Exact top-``k`` (positions, float32 scores) of every query's matching documents, unsorted
+    within a row; a row with fewer than ``k`` matches ends in position ``-1`` (score 0).
 
     ``q_ids[q_ptr[q]:q_ptr[q + 1]]`` are query ``q``'s term ids (columns of the CSC matrix
     ``data, indptr, indices``), ``q_offset[q]`` the float32 constant added to every document
@@ -88,6 +92,8 @@ def topk_batch(data: np.ndarray, indptr: np.ndarray, indices: np.ndarray, num_do
         off = q_offset[q]
         n = 0
         for d in range(num_docs):
+            if scores[d] <= 0:  # no query term weighs on d: not a hit (S >= 0, so a sum > 0 means one does)
+                continue
             s = np.float32(scores[d] + off)
             if n < k:
                 hs[n], hi[n] = s, d

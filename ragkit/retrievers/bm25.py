@@ -17,10 +17,14 @@ position ascending), so they return identical rankings (tested). bm25s's own top
 keep an arbitrary part of a tie that straddles the k-th place; that, not float precision, is why
 its numba and NumPy top-10s used to differ on about 9% of queries.
 
+Hits are the passages a query term weighs on (a term of the query with a positive weight in the
+passage, ``idf(t) * tfc(t, d) > 0``); the others all share the score of a passage without any
+query term (0, or the constant ``delta`` credit of BM25L / BM25+) and are never returned, so a
+list is shorter than ``k`` when fewer passages match (bm25s's own ``retrieve`` pads with them).
 A query none of whose terms is in the index (only stop words, unknown words, or a text without
 word breaks such as Chinese or Japanese, which the regex keeps as one long token) has no hits:
-``search`` returns an empty list for it and logs why, rather than ``k`` arbitrary passages
-scored 0.
+``search`` returns an empty list for it and logs why. A term in every passage weighs nothing
+under ``robertson`` (idf floored at 0) and ``atire`` (``log(N / N) = 0``) and matches nothing.
 
 Score of document ``d`` for query ``q`` (``tf`` = term frequency in ``d``, ``|d|`` its length,
 ``avgdl`` the mean length, ``N`` the corpus size, ``df`` the document frequency)::
@@ -143,15 +147,14 @@ def _numba_kernel() -> Any:
     return _NUMBA or None
 
 
-def _exact_topk(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Positions and scores of the top ``k`` by (score descending, position ascending): every
-    document tied with the k-th score is a candidate, so a tie is never cut arbitrarily."""
-    n = len(scores)
-    if k >= n:
-        cand = np.arange(n)
-    else:
-        kth = np.partition(scores, n - k)[n - k]
-        cand = np.flatnonzero(scores >= kth)
+def _exact_topk(scores: np.ndarray, k: int, cand: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Positions and scores of the top ``k`` of the candidate positions ``cand`` (ascending) by
+    (score descending, position ascending): every candidate tied with the k-th score is kept
+    until the sort, so a tie is never cut arbitrarily."""
+    if k < len(cand):
+        s = scores[cand]
+        kth = np.partition(s, len(cand) - k)[len(cand) - k]
+        cand = cand[s >= kth]
     top = cand[np.lexsort((cand, -scores[cand]))][:k]
     return top, scores[top]
 
@@ -403,7 +406,7 @@ class BM25Retriever(Retriever):
                     out.append((np.empty(0, np.int64), np.empty(0)))
                     continue
                 s = np.asarray(self._model.get_scores(toks), dtype=np.float64)
-                out.append(_exact_topk(s, k))
+                out.append(_exact_topk(s, k, self._matched_rank_bm25(toks)))
             return out
         m = self._model
         vocab = m.vocab_dict
@@ -439,9 +442,25 @@ class BM25Retriever(Retriever):
             return np.float32(0.0)
         return np.float32(nonocc[np.asarray(qi, dtype=np.int64)].sum())
 
+    def _matched(self, qi: list[int]) -> np.ndarray:
+        """Positions (ascending) of the documents a query term weighs on: a positive entry in its
+        column of the score matrix (``S >= 0``; the numba kernel's ``sum_t S[d, t] > 0``)."""
+        sc = self._model.scores
+        data, indptr, indices = sc["data"], sc["indptr"], sc["indices"]
+        cols = [indices[indptr[t]:indptr[t + 1]][data[indptr[t]:indptr[t + 1]] > 0] for t in set(qi)]
+        return np.unique(np.concatenate(cols)).astype(np.int64)
+
+    def _matched_rank_bm25(self, toks: list[str]) -> np.ndarray:
+        """Positions (ascending) of the documents holding a query term with a positive idf."""
+        m = self._model
+        hit = np.zeros(len(m.doc_freqs), dtype=bool)
+        for t in {t for t in toks if m.idf.get(t, 0) > 0}:
+            hit |= np.fromiter((t in d for d in m.doc_freqs), dtype=bool, count=len(m.doc_freqs))
+        return np.flatnonzero(hit)
+
     def _score_numpy(self, ids: list[list[int]], k: int) -> list[tuple[np.ndarray, np.ndarray]]:
         m = self._model
-        return [_exact_topk(m.get_scores_from_ids(qi), k) for qi in ids]
+        return [_exact_topk(m.get_scores_from_ids(qi), k, self._matched(qi)) for qi in ids]
 
     def _score_numba(self, ids: list[list[int]], k: int) -> list[tuple[np.ndarray, np.ndarray]]:
         sc = self._model.scores

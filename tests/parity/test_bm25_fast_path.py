@@ -21,11 +21,14 @@ def _corpus(n: int = 400, seed: int = 0) -> list[Passage]:
 
 
 def _reference(r: BM25Retriever, query: str, k: int) -> list[str]:
-    """Brute force: full float32 score vector, stable sort by (-score, position)."""
+    """Brute force: full float32 score vector over the passages holding a query word, stable sort
+    by (-score, position)."""
     m = r._model
-    ids = [m.vocab_dict[t] for t in r.tokenizer([query])[0] if t in m.vocab_dict]
+    words = r.tokenizer([query])[0]
+    ids = [m.vocab_dict[t] for t in words if t in m.vocab_dict]
     s = m.get_scores_from_ids(ids).astype(np.float64)
-    order = sorted(range(len(s)), key=lambda i: (-s[i], i))[:k]
+    matching = [i for i, p in enumerate(r.passages) if set(words) & set(r.tokenizer([p.text])[0])]
+    order = sorted(matching, key=lambda i: (-s[i], i))[:k]
     return [r.passages[i].id for i in order]
 
 
