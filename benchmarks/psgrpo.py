@@ -5,7 +5,7 @@
    BLEU-2, on synthetic short-answer rollouts (answers drawn from a pool of HotpotQA gold
    answers with random extra words), for several (n, g); also the mean absolute deviation of
    the approximation from the exact reward.
-2. One-step PS-GRPO throughput on TRL's GRPOTrainer (CPU, ``use_vllm=False``): wall time of an
+2. One-step PS-GRPO throughput on TRL's GRPOTrainer (``use_vllm=False``): wall time of an
    optimisation step and rollout (completion) tokens per second, with the tiny random model
    (``--model tiny``, default), the embedded SmolLM2 (``--model default``) or any hub id, folder or
    ``.gguf`` file; ``--device cuda`` runs the step on a GPU, ``--lora-r`` trains LoRA adapters.
