@@ -1,4 +1,4 @@
-"""Real CORD run on CPU: LoRA-train the embedded SmolLM2 with ``cord`` and ``shuffle``, then a position sweep.
+"""Real CORD run: LoRA-train a generator (default: embedded SmolLM2) with cord and shuffle, then a sweep.
 
 Stages (results are written after each one, so a cut-off run still leaves a partial table):
 base sweep -> train cord -> cord sweep -> train shuffle -> shuffle sweep.
@@ -36,7 +36,7 @@ def _sweep(model_path: str | None, recs: list, pool: list, args: argparse.Namesp
     from ragkit.eval.sweep import position_sweep
     from ragkit.generation import Generator
 
-    gen = Generator(model=model_path, device="cpu", passage_max_tokens=args.passage_max_tokens,
+    gen = Generator(model=model_path, device=args.device, passage_max_tokens=args.passage_max_tokens,
                     batch_size=8, show_progress=False)
     t0 = time.perf_counter()
     res = position_sweep(gen, recs, k=args.k, pool=pool, seed=0, generate=args.generate, score=True,
@@ -101,6 +101,11 @@ def gap_bootstrap(sweeps: dict[str, dict[str, Any]], n_boot: int = 1000, seed: i
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True)
+    ap.add_argument("--model", default=None,
+                    help="base generator: hub id, folder or .gguf (default: the embedded SmolLM2-135M-Instruct; "
+                         "the reference generator: --model \"$(bash ../shared/tools/get_qwen05.sh)\")")
+    ap.add_argument("--device", default="cpu",
+                    help="device of the sweeps (training uses accelerate's: CUDA when present)")
     ap.add_argument("--train-file", default=None, help="default: ../shared/data/hotpotqa/train.jsonl")
     ap.add_argument("--sweep-file", default=None, help="default: ../shared/data/nq_open/nq-open-oracle.jsonl.gz")
     ap.add_argument("--train-limit", type=int, default=60)
@@ -126,7 +131,7 @@ def main() -> int:
     from ragkit.training.cord import CORDConfig, train_cord
     from ragkit.training.data import load_examples
 
-    base = resolve_generator_path(None)
+    base = resolve_generator_path(a.model)
     pool = load_dataset("nq-open", a.sweep_file, limit=300)
     recs = pool[: a.sweep_questions]
     result: dict[str, Any] = {"model": rel(base), "config": {**vars(a), "train_file": rel(a.train_file),

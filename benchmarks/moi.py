@@ -31,6 +31,7 @@ import time
 from typing import Any
 
 from _harness import cpu_name, shared_data, write_result
+from _shapes import SHAPES, bench_generator
 
 from ragkit.debias.designs import cyclic, prior
 
@@ -45,6 +46,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="HotpotQA JSONL (default: ../shared/data/hotpotqa/dev.jsonl from the repository root, "
                          "or $RAGKIT_SHARED_DATA/hotpotqa/dev.jsonl)")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--model", default=None,
+                    help="generator (default: the embedded SmolLM2-135M-Instruct); random:<shape> for random weights "
+                         f"in a model's shape ({', '.join(SHAPES)}), e.g. --model random:llama-3-8b --device cuda")
+    ap.add_argument("--device", default="auto", help="auto (CUDA with bf16 when present, else CPU fp32), cpu, cuda")
     ap.add_argument("--max-seconds", type=float, default=420.0,
                     help="stop adding questions once this much time is spent (at least one question runs)")
     args = ap.parse_args(argv)
@@ -54,13 +59,20 @@ def main(argv: list[str] | None = None) -> int:
     from transformers import DynamicCache
 
     from ragkit.datasets import load_hotpotqa
-    from ragkit.generation import Generator
     from ragkit.generation.scoring import common_prefix_len, ordering_prompts
 
     logging.basicConfig(level=logging.WARNING)
     torch.set_num_threads(args.threads)
-    gen = Generator(passage_max_tokens=args.passage_tokens, batch_size=args.k, show_progress=False)
+    gen = bench_generator(args.model, device=args.device, passage_max_tokens=args.passage_tokens,
+                          batch_size=args.k, show_progress=False)
     model = gen.model
+    dev = model.device
+    cuda = dev.type == "cuda"
+
+    def now() -> float:
+        if cuda:
+            torch.cuda.synchronize()
+        return time.perf_counter()
     records = [r for r in load_hotpotqa(args.data, limit=args.n_questions * 3)
                if len(r.passages) >= args.k and r.answers][: args.n_questions]
     designs = {"cyclic": cyclic(args.k), "prior": prior(args.k, 3)}
@@ -77,6 +89,12 @@ def main(argv: list[str] | None = None) -> int:
         p_ids, a_ids = gen.encode_answers(prompts, [answer] * len(prompts))
         return p_ids, a_ids, common_prefix_len(p_ids)
 
+    # warm-up (CUDA context, kernels, allocator): one untimed library call per design
+    for orders in designs.values():
+        w = records[0]
+        gen.score_orderings([w.question], [list(w.passages[: args.k])], [orders], [w.answers[0]])
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
     for rec in records:
         if done and time.perf_counter() - t_start > args.max_seconds:
             break
@@ -85,21 +103,21 @@ def main(argv: list[str] | None = None) -> int:
         for name, orders in designs.items():
             a = acc[name]
             # library path
-            t0 = time.perf_counter()
+            t0 = now()
             res = gen.score_orderings([rec.question], [ps], [orders], [ans])[0]
-            a["lib_s"] += time.perf_counter() - t0
+            a["lib_s"] += now() - t0
             p_ids, a_ids, L = tokens_for(rec.question, ps, orders, ans)
             a["tokens_lib"] += L + sum(len(p) - L + len(x) for p, x in zip(p_ids, a_ids))
             # naive loop: one full-logits forward per ordering, no reuse
             naive = []
-            t0 = time.perf_counter()
+            t0 = now()
             with torch.inference_mode():
                 for p, x in zip(p_ids, a_ids):
-                    ids = torch.tensor([p + x])
+                    ids = torch.tensor([p + x], device=dev)
                     lp = torch.log_softmax(model(input_ids=ids).logits[0].float(), dim=-1)
-                    pos = torch.arange(len(p) - 1, len(p) + len(x) - 1)
-                    naive.append(float(lp[pos, torch.tensor(x)].sum()))
-            a["naive_s"] += time.perf_counter() - t0
+                    pos = torch.arange(len(p) - 1, len(p) + len(x) - 1, device=dev)
+                    naive.append(float(lp[pos, torch.tensor(x, device=dev)].sum()))
+            a["naive_s"] += now() - t0
             a["tokens_naive"] += sum(len(p) + len(x) for p, x in zip(p_ids, a_ids))
             a["max_abs_diff"] = max(a["max_abs_diff"], float(max(abs(u - v) for u, v in zip(res.sum, naive))))
             # raw: the same token batches as the library, bare model calls on pre-built tensors
@@ -119,7 +137,9 @@ def main(argv: list[str] | None = None) -> int:
             rows_i = torch.cat([torch.full((len(x),), r) for r, x in enumerate(a_ids)])
             cols_i = torch.cat([torch.arange(len(p) - L - 1, len(p) - L - 1 + len(x)) for p, x in zip(p_ids, a_ids)])
             body, head = model.get_decoder(), model.get_output_embeddings()
-            t0 = time.perf_counter()
+            pre_ids, pre_mask, s_ids, full_mask, pos, idx, rows_i, cols_i = (
+                t.to(dev) for t in (pre_ids, pre_mask, s_ids, full_mask, pos, idx, rows_i, cols_i))
+            t0 = now()
             with torch.inference_mode():
                 out = body(input_ids=pre_ids, attention_mask=pre_mask, use_cache=True)
                 cache = DynamicCache(ddp_cache_data=[(layer.keys.index_select(0, idx),
@@ -128,14 +148,16 @@ def main(argv: list[str] | None = None) -> int:
                 hid = body(input_ids=s_ids, attention_mask=full_mask, position_ids=pos, past_key_values=cache,
                            use_cache=True).last_hidden_state
                 head(hid[rows_i, cols_i])
-            a["raw_s"] += time.perf_counter() - t0
+            a["raw_s"] += now() - t0
         done += 1
         print(f"question {done}/{len(records)} done ({time.perf_counter() - t_start:.0f} s)", file=sys.stderr)
 
     out: dict[str, Any] = {
         "benchmark": "moi",
         "model": gen.name,
-        "device": f"cpu: {cpu_name()}" if gen.device == "cpu" else gen.device,
+        "device": f"cpu: {cpu_name()}" if not cuda else f"{gen.device}: {torch.cuda.get_device_name()}",
+        "dtype": str(next(model.parameters()).dtype),
+        "peak_gpu_memory_gib": torch.cuda.max_memory_allocated() / 2**30 if cuda else None,
         "torch_threads": args.threads,
         "n_questions": done,
         "k": args.k,

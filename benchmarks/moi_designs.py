@@ -26,25 +26,7 @@ from typing import Any
 
 import numpy as np
 from _harness import ROOT, rel, shared_data, write_result
-
-
-def rank_metrics(ranking_ids: list[str], gold: set[str], k: int) -> tuple[float, float]:
-    """(MRR@k, recall@2) of one ranking."""
-    rr = 0.0
-    for r, pid in enumerate(ranking_ids[:k]):
-        if pid in gold:
-            rr = 1.0 / (r + 1)
-            break
-    rec2 = len(gold & set(ranking_ids[:2])) / max(1, len(gold))
-    return rr, rec2
-
-
-def paired_ci(x: np.ndarray, y: np.ndarray, seed: int = 0, n_boot: int = 2000) -> list[float]:
-    """Mean of ``x − y`` and its percentile-bootstrap 95% interval."""
-    d = np.asarray(x) - np.asarray(y)
-    rng = np.random.default_rng(seed)
-    boots = d[rng.integers(0, d.size, size=(n_boot, d.size))].mean(axis=1)
-    return [float(d.mean()), float(np.percentile(boots, 2.5)), float(np.percentile(boots, 97.5))]
+from _stats import paired_ci, rank_metrics
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -59,6 +41,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--passage-max-tokens", type=int, default=48)
     ap.add_argument("--max-new-tokens", type=int, default=8)
     ap.add_argument("--model", default=None, help="generator (default: the embedded SmolLM2)")
+    ap.add_argument("--device", default="auto", help="auto (CUDA with bf16 when present, else CPU fp32), cpu, cuda")
+    ap.add_argument("--batch-size", type=int, default=8, help="sequences per forward pass")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "moi_designs_train-cpu.json"))
     ap.add_argument("--resume", action=argparse.BooleanOptionalAction, default=True,
                     help="keep the (design, outcome) rows already in --out for the same questions")
@@ -75,7 +59,8 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("moi_designs picks a default: run it on training questions (train.jsonl), never dev")
     recs = [r for r in load_hotpotqa(args.data, None) if r.gold_ids and r.answers and len(r.passages) >= args.k]
     recs = recs[: args.limit]
-    gen = Generator(model=args.model, passage_max_tokens=args.passage_max_tokens, show_progress=False)
+    gen = Generator(model=args.model, device=args.device, batch_size=args.batch_size,
+                    passage_max_tokens=args.passage_max_tokens, show_progress=False)
     label_free = "full_answer" if "full_answer" in OUTCOMES else "consensus"
     qs = [r.question for r in recs]
     ps = [list(r.passages[: args.k]) for r in recs]

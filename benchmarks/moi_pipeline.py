@@ -35,6 +35,7 @@ import time
 from typing import Any
 
 from _harness import cpu_name, rel, shared_data, write_result
+from _shapes import SHAPES, bench_generator
 
 
 def floor_tokens(gen: Any, question: str, passages: list, orderings: list[list[int]], order: list[int]) -> int:
@@ -59,8 +60,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--data-file", default=None,
                     help="HotpotQA JSONL (default: ../shared/data/hotpotqa/dev.jsonl from the repository root, "
                          "or $RAGKIT_SHARED_DATA/hotpotqa/dev.jsonl)")
-    ap.add_argument("--model", default=None, help="generator (default: the embedded SmolLM2-135M-Instruct)")
-    ap.add_argument("--device", default="auto")
+    ap.add_argument("--model", default=None,
+                    help="generator (default: the embedded SmolLM2-135M-Instruct); random:<shape> for random weights "
+                         f"in a model's shape ({', '.join(SHAPES)}), e.g. --model random:llama-3-8b --device cuda")
+    ap.add_argument("--device", default="auto", help="auto (CUDA with bf16 when present, else CPU fp32), cpu, cuda")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--designs", default="cyclic,prior", help="comma-separated subset of cyclic,prior")
     ap.add_argument("--max-seconds", type=float, default=480.0,
@@ -74,12 +77,11 @@ def main(argv: list[str] | None = None) -> int:
     from ragkit.datasets import load_hotpotqa
     from ragkit.debias.moi import MoI
     from ragkit.debias.profile import PositionProfile
-    from ragkit.generation import Generator
 
     logging.basicConfig(level=logging.ERROR)
     torch.set_num_threads(args.threads)
-    gen = Generator(args.model, device=args.device, passage_max_tokens=args.passage_max_tokens,
-                    batch_size=args.k, show_progress=False)
+    gen = bench_generator(args.model, device=args.device, passage_max_tokens=args.passage_max_tokens,
+                          batch_size=args.k, show_progress=False)
     records = [r for r in load_hotpotqa(args.data_file, limit=args.n_questions * 3)
                if len(r.passages) >= args.k and r.answers][: args.n_questions]
     profile = PositionProfile.recency(args.k)  # the same fixed profile for both paths (no calibration)
@@ -98,6 +100,8 @@ def main(argv: list[str] | None = None) -> int:
         return res, time.perf_counter() - t0, gen.reset_counters()
 
     gen.answer([records[0].question], [list(records[0].passages[:2])], max_new_tokens=2)  # warm-up, not timed
+    if gen.device.startswith("cuda"):
+        torch.cuda.reset_peak_memory_stats()
     out: dict[str, Any] = {
         "benchmark": "moi_pipeline",
         "model": gen.name,
@@ -141,6 +145,8 @@ def main(argv: list[str] | None = None) -> int:
         cyc = out["designs"].get("cyclic") or next(iter(out["designs"].values()))
         out["consensus_speedup_vs_before"] = cyc["speedup_vs_before"]
         out["prefill_tokens_ratio"] = max(d["prefill_tokens_ratio"] for d in out["designs"].values())
+        if gen.device.startswith("cuda"):
+            out["peak_gpu_memory_gib"] = torch.cuda.max_memory_allocated() / 2**30
         out["identical_outputs"] = all(d["identical_outputs"] for d in out["designs"].values())
         out["targets"] = {"prefill_tokens_ratio <= 1.15": out["prefill_tokens_ratio"] <= 1.15,
                           "consensus_speedup_vs_before >= 1.7": out["consensus_speedup_vs_before"] >= 1.7}

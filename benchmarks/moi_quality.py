@@ -1,11 +1,18 @@
-"""MoI vs. baselines on HotpotQA: gold-paragraph ranking quality, answer quality, cost.
+"""MoI vs. baselines on HotpotQA or MS MARCO: gold-passage ranking quality, answer quality, cost.
 
-For each question the dataset's 10 paragraphs in their given order play the retriever's list.
+For each question the dataset's 10 passages play the retriever's list, in the order chosen by
+``--order``: ``given`` (HotpotQA's given order is random; MS MARCO's is Bing's), ``bm25`` or
+``dense`` (each question's own passages ranked by BM25 or by the dense embedder; read from
+``--orders FILE``, written by ``benchmarks/question_orders.py``, or computed here).
 Every method (retriever order, reverse, both ends, random, answer voting, permutation
 self-consistency, MoI with each outcome and design) produces a ranking and a final answer:
 
-- ranking: gold-paragraph MRR@10 and recall@2 (ragkit.eval.metrics.ir_metrics_per_query / ranx);
-- answer: EM / F1 (ragkit.eval.metrics, SQuAD normalisation) of the final generation;
+- ranking: gold-passage MRR@10 and recall@2 (``_stats.rank_metrics``; gold = HotpotQA's supporting
+  paragraphs, MS MARCO's ``is_selected`` passages);
+- answer: EM / F1 (ragkit.eval.metrics, SQuAD normalisation) of the final generation, and ROUGE-L
+  (rouge-score) on MS MARCO;
+- paired: each method minus the retriever order (``none``), per question, with a 95% bootstrap
+  interval (``_stats.paired_ci``);
 - cost: generator sequences per question and wall seconds per question.
 
 Questions are processed one at a time (every method on question i before question i+1) and the
@@ -27,6 +34,7 @@ from typing import Any
 
 import numpy as np
 from _harness import rel, shared_data, write_result
+from _stats import paired_ci, rank_metrics
 
 DEFAULT_METHODS = ("none", "reverse", "both_ends", "random", "voting", "psc_borda", "psc_rrf", "moi", "moi_prior",
                    "moi_confidence", "moi_gold")
@@ -61,23 +69,61 @@ class SharedGenerations:
         return [self._memo[(p, *key)] for p in prompts]
 
 
-def summarise(rows: list[dict[str, Any]], methods: list[str]) -> dict[str, dict[str, float]]:
-    """Mean of every per-question metric, per method, over the questions all methods finished."""
+METRICS = ("mrr@10", "recall@2", "em", "f1", "rouge_l", "generator_calls", "seconds")
+
+
+def summarise(rows: list[dict[str, Any]], methods: list[str]) -> dict[str, dict[str, Any]]:
+    """Mean of every per-question metric, per method, over the questions all methods finished,
+    and each method minus ``none`` (paired, 95% bootstrap interval) for MRR@10, recall@2 and F1."""
     done = [r for r in rows if all(m in r["methods"] for m in methods)]
-    out: dict[str, dict[str, float]] = {}
+    out: dict[str, dict[str, Any]] = {}
     for m in methods:
         vals = [r["methods"][m] for r in done]
         if not vals:
             continue
-        out[m] = {key: float(np.mean([v[key] for v in vals]))
-                  for key in ("mrr@10", "recall@2", "em", "f1", "generator_calls", "seconds")}
+        out[m] = {key: float(np.mean([v[key] for v in vals])) for key in METRICS if vals[0].get(key) is not None}
         out[m]["n"] = len(vals)
+        if "none" in methods and m != "none":
+            base = [r["methods"]["none"] for r in done]
+            for key in ("mrr@10", "recall@2", "f1", "rouge_l"):
+                if vals[0].get(key) is not None:
+                    out[m][f"{key}_minus_none"] = paired_ci([v[key] for v in vals], [b[key] for b in base])
+    return out
+
+
+def reorder(records: list[Any], order: str, orders_file: str | None) -> list[Any]:
+    """Each record with its passages in ``order``: ``given``, or ``bm25`` / ``dense`` from the file."""
+    import dataclasses
+    import json
+
+    if order == "given":
+        return records
+    if orders_file:
+        table = json.loads(open(orders_file, encoding="utf-8").read())["orders"]
+    else:
+        from question_orders import question_orders
+
+        table = question_orders(records, (order,))
+    out = []
+    for rec in records:
+        ids = table[rec.id][order]
+        by_id = {p.id: p for p in rec.passages}
+        if set(ids) != set(by_id):
+            raise SystemExit(f"{orders_file}: the {order} order of {rec.id} does not hold its passages: "
+                             "write the file again with benchmarks/question_orders.py for this data")
+        out.append(dataclasses.replace(rec, passages=tuple(by_id[i] for i in ids)))
     return out
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--data", default=None, help="default: ../shared/data/hotpotqa/dev.jsonl")
+    ap.add_argument("--data", default=None,
+                    help="HotpotQA JSONL or MS MARCO QnA JSON (told from the content; default: "
+                         "../shared/data/hotpotqa/dev.jsonl)")
+    ap.add_argument("--order", choices=("given", "bm25", "dense"), default="given",
+                    help="the retriever order MoI starts from (bm25/dense: each question's own passages)")
+    ap.add_argument("--orders", default=None, help="JSON of precomputed orders (benchmarks/question_orders.py)")
+    ap.add_argument("--device", default="auto", help="auto (CUDA with bf16 when present, else CPU fp32), cpu, cuda")
     ap.add_argument("--limit", type=int, default=20)
     ap.add_argument("--offset", type=int, default=0, help="skip the first N records")
     ap.add_argument("--methods", default=",".join(DEFAULT_METHODS))
@@ -102,15 +148,21 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from ragkit.datasets import load_hotpotqa
+    from ragkit.datasets import detect_format, load_dataset, load_hotpotqa
     from ragkit.debias import PositionProfile, get_method
-    from ragkit.eval.metrics import exact_match_max, f1_max, ir_metrics_per_query
+    from ragkit.eval.metrics import exact_match_max, f1_max
     from ragkit.generation import Generator
 
     t_start = time.perf_counter()
-    records = load_hotpotqa(args.data, args.offset + args.limit)[args.offset:]
-    gen = Generator(args.model, passage_max_tokens=args.passage_tokens, batch_size=args.batch_size,
-                    show_progress=False)
+    fmt = detect_format(args.data)
+    records = [r for r in load_dataset(fmt, args.data, limit=None) if r.gold_ids and r.answers
+               and len(r.passages) >= 2][args.offset: args.offset + args.limit]
+    records = reorder(records, args.order, args.orders)
+    rouge: Any = None
+    if fmt == "msmarco":
+        from ragkit.eval.metrics import rouge_l as rouge
+    gen = Generator(args.model, device=args.device, passage_max_tokens=args.passage_tokens,
+                    batch_size=args.batch_size, show_progress=False)
     calib_s = 0.0
     if args.profile:
         profile = PositionProfile.load(args.profile)
@@ -129,12 +181,13 @@ def main(argv: list[str] | None = None) -> int:
     def write(final: bool) -> dict[str, Any]:
         result = {
             "benchmark": "moi_quality",
-            "data": rel(args.data), "offset": args.offset, "limit": args.limit,
+            "data": rel(args.data), "format": fmt, "order": args.order, "offset": args.offset, "limit": args.limit,
             "questions_done": sum(all(m in r["methods"] for m in methods) for r in rows),
             "generator": gen.name, "template": gen.template.name, "passage_tokens": args.passage_tokens,
             "k": 10, "max_new_tokens": args.max_new_tokens, "shared_generations": not args.no_share,
             "profile": profile.to_dict(), "calibration_seconds": calib_s,
-            "machine": {"torch_threads": torch.get_num_threads()},
+            "machine": {"torch_threads": torch.get_num_threads(), "device": gen.device,
+                        "gpu": torch.cuda.get_device_name() if gen.device.startswith("cuda") else None},
             "wall_seconds": time.perf_counter() - t_start, "finished": final,
             "summary": summarise(rows, methods), "per_question": rows,
         }
@@ -151,10 +204,11 @@ def main(argv: list[str] | None = None) -> int:
             t0 = time.perf_counter()
             (o,) = runners[m].run_many([rec.question], [list(rec.passages)], answers=[list(rec.answers)])
             dt = time.perf_counter() - t0
-            ir = ir_metrics_per_query({rec.id: list(rec.gold_ids)}, {rec.id: o.ranking}, ("mrr@10", "recall@2"))
+            mrr, rec2 = rank_metrics(o.ranking.ids(), rec.gold_ids, 10)
             row["methods"][m] = {
-                "mrr@10": ir["mrr@10"].get(rec.id, 0.0), "recall@2": ir["recall@2"].get(rec.id, 0.0),
+                "mrr@10": mrr, "recall@2": rec2,
                 "em": exact_match_max(o.answer or "", rec.answers), "f1": f1_max(o.answer or "", rec.answers),
+                "rouge_l": rouge(o.answer or "", rec.answers) if rouge else None,
                 "answer": o.answer, "ranking": o.ranking.ids(), "order": o.order,
                 "generator_calls": o.generator_calls, "seconds": dt,
             }
@@ -162,11 +216,13 @@ def main(argv: list[str] | None = None) -> int:
         write(False)
         print(f"[{i + 1}/{len(records)}] {time.perf_counter() - t_start:.0f}s", file=sys.stderr, flush=True)
     result = write(True)
-    head = f"{'method':<16}{'MRR@10':>8}{'R@2':>7}{'EM':>7}{'F1':>7}{'calls/q':>9}{'s/q':>8}"
-    print(f"{head}   n={result['questions_done']}")
+    head = f"{'method':<16}{'MRR@10':>8}{'R@2':>7}{'EM':>7}{'F1':>7}{'calls/q':>9}{'s/q':>8}  dMRR vs none [95% CI]"
+    print(f"{head}   n={result['questions_done']}, order={args.order}, {gen.name}")
     for m, s in result["summary"].items():
+        d = s.get("mrr@10_minus_none")
+        ci = f"  {d[0]:+.3f} [{d[1]:+.3f}, {d[2]:+.3f}]" if d else ""
         print(f"{m:<16}{s['mrr@10']:>8.3f}{s['recall@2']:>7.3f}{s['em']:>7.3f}{s['f1']:>7.3f}"
-              f"{s['generator_calls']:>9.1f}{s['seconds']:>8.1f}")
+              f"{s['generator_calls']:>9.1f}{s['seconds']:>8.1f}{ci}")
     return 0
 
 

@@ -25,11 +25,11 @@ def _with_passages(records, k):
     return [replace(r, passages=select_passages(r, k)) for r in records]
 
 
-def evaluate(model, records, paras, retriever, k, passage_max_tokens, max_new_tokens=16):
+def evaluate(model, records, paras, retriever, k, passage_max_tokens, max_new_tokens=16, device="cpu"):
     from ragkit.eval.consistency import evaluate_consistency
     from ragkit.generation import Generator
 
-    gen = Generator(model, device="cpu", template="auto", passage_max_tokens=passage_max_tokens,
+    gen = Generator(model, device=device, template="auto", passage_max_tokens=passage_max_tokens,
                     batch_size=8, show_progress=False)
     t0 = time.perf_counter()
     rep = evaluate_consistency(gen, records, paras, retriever=retriever, k=k, similarity="bleu2",
@@ -37,6 +37,7 @@ def evaluate(model, records, paras, retriever, k, passage_max_tokens, max_new_to
     d = rep.to_dict()
     d["eval_s"] = time.perf_counter() - t0
     per = d.pop("per_set")
+    d["per_set"] = per  # every set's outputs and scores: paired before/after intervals
     d["examples"] = [{"paraphrases": e["paraphrases"], "outputs_fixed": e["outputs_fixed"]} for e in per[:3]]
     d["empty_rate_fixed"] = sum(o == "" for e in per for o in e["outputs_fixed"]) / max(
         sum(len(e["outputs_fixed"]) for e in per), 1)
@@ -46,6 +47,9 @@ def evaluate(model, records, paras, retriever, k, passage_max_tokens, max_new_to
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True)
+    ap.add_argument("--model", default=None,
+                    help="generator: hub id, folder or .gguf (default: the embedded SmolLM2-135M-Instruct)")
+    ap.add_argument("--device", default="cpu", help="cpu, or cuda (training then runs on the GPU too)")
     ap.add_argument("--train-questions", type=int, default=40)
     ap.add_argument("--eval-questions", type=int, default=40)
     ap.add_argument("--steps", type=int, default=20)
@@ -72,7 +76,8 @@ def main() -> None:
     from ragkit.retrievers import BM25Retriever
     from ragkit.training.psgrpo import PSGRPOConfig, select_passages, train_psgrpo
 
-    torch.set_num_threads(2)
+    if args.device == "cpu":
+        torch.set_num_threads(2)
     train = load_hotpotqa(shared_data("hotpotqa", "train.jsonl"), limit=args.train_questions)
     dev_all = load_hotpotqa(shared_data("hotpotqa", "dev.jsonl"))
     dev = _with_passages(dev_all[: args.eval_questions], args.k)
@@ -81,21 +86,23 @@ def main() -> None:
     # evaluation paraphrases: a different seed from training (same rule family: in-distribution)
     paras = paraphrase_sets(dev, n=args.n - 1, source="rule", seed=123)
 
-    result: dict = {"config": vars(args), "model": "SmolLM2-135M-Instruct (embedded)",
-                    "machine": "CPU, 2 cores shared with other jobs", "corpus_passages": len(corpus)}
+    result: dict = {"config": vars(args), "model": args.model or "SmolLM2-135M-Instruct (embedded)",
+                    "machine": "CPU, 2 cores shared with other jobs" if args.device == "cpu" else args.device,
+                    "corpus_passages": len(corpus)}
     if not args.skip_before:
-        result["before"] = evaluate(None, dev, paras, retriever, args.k, args.passage_max_tokens,
-                                    args.eval_max_new)
+        result["before"] = evaluate(args.model, dev, paras, retriever, args.k, args.passage_max_tokens,
+                                    args.eval_max_new, args.device)
         logging.info("before: %s", {k: v for k, v in result["before"].items() if k != "examples"})
         _save(args.out, result)  # partial results survive an interrupted run
 
     sets = build_paraphrase_sets(train, RuleParaphraser(seed=0), n=args.n - 1,
                                  passage_filter=lambda r: select_passages(r, args.k))
-    st = PSGRPOConfig(output_dir=str(args.run_dir), model=None, paraphrases=args.n, num_generations=args.g,
+    st = PSGRPOConfig(output_dir=str(args.run_dir), model=args.model, paraphrases=args.n, num_generations=args.g,
                       max_steps=args.steps, beta=args.beta, epsilon=0.2, kappa=3, s=1, reward="bleu2",
                       gold_weight=args.gold_weight, learning_rate=args.lr, temperature=1.0,
                       max_completion_length=args.max_completion_length, lora_r=args.lora_r, seed=0,
-                      save_steps=10_000, passage_max_tokens=args.passage_max_tokens, use_cpu=True)
+                      save_steps=10_000, passage_max_tokens=args.passage_max_tokens,
+                      use_cpu=args.device == "cpu")
     summary = train_psgrpo(sets, st)
     hist = summary.pop("history")
     result["training"] = summary
@@ -105,7 +112,7 @@ def main() -> None:
     result["training"]["rollout_tokens_per_s"] = summary["rollout_tokens"] / max(summary["wall_s"], 1e-9)
     _save(args.out, result)
     result["after"] = evaluate(summary["final_dir"], dev, paras, retriever, args.k, args.passage_max_tokens,
-                               args.eval_max_new)
+                               args.eval_max_new, args.device)
     logging.info("after: %s", {k: v for k, v in result["after"].items() if k != "examples"})
 
     keys = ["generator_consistency", "end_to_end_consistency", "retriever_consistency", "em", "f1",
