@@ -139,6 +139,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--time-budget", type=float, default=None, help="stop after this many seconds")
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--resume", action=argparse.BooleanOptionalAction, default=True,
+                    help="keep the questions already in --out (same data, order, model and passage length) and "
+                         "run only the rest; a method missing from a kept question is run for it")
     args = ap.parse_args(argv)
     args.data = str(args.data or shared_data("hotpotqa", "dev.jsonl"))
     if args.calibrate > 0 and args.calib_data is None:
@@ -177,6 +180,16 @@ def main(argv: list[str] | None = None) -> int:
     runners = {m: get_method(m, shared, max_new_tokens=args.max_new_tokens,
                              **({"profile": profile} if m.startswith("moi") else {})) for m in methods}
     rows: list[dict[str, Any]] = []
+    if args.resume and os.path.isfile(args.out):
+        import json
+
+        old = json.loads(open(args.out, encoding="utf-8").read())
+        same = (old.get("data") == rel(args.data) and old.get("order", "given") == args.order
+                and old.get("generator") == gen.name and old.get("passage_tokens") == args.passage_tokens)
+        if same:
+            wanted = {r.id for r in records}
+            rows = [r for r in old.get("per_question", []) if r["id"] in wanted]
+            print(f"resuming: {len(rows)} questions kept from {args.out}", file=sys.stderr)
 
     def write(final: bool) -> dict[str, Any]:
         result = {
@@ -194,13 +207,19 @@ def main(argv: list[str] | None = None) -> int:
         write_result(args.out, result)
         return result
 
+    kept = {r["id"]: r for r in rows}
     for i, rec in enumerate(records):
         if args.time_budget and time.perf_counter() - t_start > args.time_budget:
             logging.warning("time budget reached after %d questions", i)
             break
-        row: dict[str, Any] = {"id": rec.id, "question": rec.question, "answers": list(rec.answers),
-                               "gold_ids": list(rec.gold_ids), "methods": {}}
+        row: dict[str, Any] = kept.get(rec.id) or {"id": rec.id, "question": rec.question,
+                                                   "answers": list(rec.answers), "gold_ids": list(rec.gold_ids),
+                                                   "methods": {}}
+        if all(m in row["methods"] for m in methods):
+            continue
         for m in methods:
+            if m in row["methods"]:
+                continue
             t0 = time.perf_counter()
             (o,) = runners[m].run_many([rec.question], [list(rec.passages)], answers=[list(rec.answers)])
             dt = time.perf_counter() - t0
@@ -212,7 +231,8 @@ def main(argv: list[str] | None = None) -> int:
                 "answer": o.answer, "ranking": o.ranking.ids(), "order": o.order,
                 "generator_calls": o.generator_calls, "seconds": dt,
             }
-        rows.append(row)
+        if rec.id not in kept:
+            rows.append(row)
         write(False)
         print(f"[{i + 1}/{len(records)}] {time.perf_counter() - t_start:.0f}s", file=sys.stderr, flush=True)
     result = write(True)
