@@ -542,7 +542,8 @@ class Retriever(ABC):
         -------
         list[RankedList]
             One ranked list per query, best first (ties broken by index position). A list can
-            be shorter than ``k`` -- empty for a BM25 query none of whose terms is indexed.
+            be shorter than ``k``: BM25 returns only passages that contain a query term (empty
+            for a query none of whose terms is indexed).
         """
         if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or k <= 0:
             raise ValueError(f"k must be a positive integer, got {k!r}")
