@@ -9,7 +9,10 @@ HotpotQA gives 10 paragraphs per question in a random order and MS MARCO 10 Bing
   all-MiniLM-L6-v2 by default), ties broken by the given order.
 
 Writes ``{"orders": {question_id: {"bm25": [ids], "dense": [ids]}}}`` so that a machine without
-the embedder (a GPU machine that reaches no hub) can run ``moi_quality.py --orders FILE``.
+the embedder (a GPU machine that reaches no hub) can run ``moi_quality.py --orders FILE``, and
+``"metrics"``: gold-passage MRR@10 and recall@2 of the given, BM25 and dense orders over the
+questions that have gold passages (``_stats.rank_metrics``), with each retriever order minus the
+given order (paired 95% bootstrap interval).
 
     python3 benchmarks/question_orders.py --data ../shared/data/hotpotqa/dev.jsonl --out /tmp/orders-dev.json
 """
@@ -24,6 +27,7 @@ from typing import Any
 
 import numpy as np
 from _harness import rel, write_result
+from _stats import paired_ci, rank_metrics
 
 
 def question_orders(records: Sequence[Any], kinds: Sequence[str] = ("bm25", "dense"),
@@ -67,8 +71,20 @@ def main(argv: list[str] | None = None) -> int:
     from ragkit.datasets import detect_format, load_dataset
 
     records = load_dataset(detect_format(args.data), args.data)
-    table = question_orders(records, args.kinds.split(","), args.embedder, args.device)
-    write_result(args.out, {"data": rel(args.data), "kinds": args.kinds.split(","), "orders": table})
+    kinds = args.kinds.split(",")
+    table = question_orders(records, kinds, args.embedder, args.device)
+    gold = [r for r in records if r.gold_ids]
+    per: dict[str, list[tuple[float, float]]] = {
+        kind: [rank_metrics(table[r.id][kind] if kind != "given" else [p.id for p in r.passages], r.gold_ids, 10)
+               for r in gold] for kind in ("given", *kinds)}
+    metrics = {kind: {"mrr@10": float(np.mean([m for m, _ in v])), "recall@2": float(np.mean([x for _, x in v])),
+                      "n": len(v)} for kind, v in per.items()}
+    for kind in kinds:
+        metrics[kind]["mrr@10_minus_given"] = paired_ci([m for m, _ in per[kind]], [m for m, _ in per["given"]])
+    write_result(args.out, {"data": rel(args.data), "kinds": kinds, "embedder": args.embedder or "embedded MiniLM",
+                            "metrics": metrics, "orders": table})
+    for kind, m in metrics.items():
+        print(f"{kind:<6} MRR@10 {m['mrr@10']:.3f}  recall@2 {m['recall@2']:.3f}  n={m['n']}")
     n = len(records)
     agree = np.mean([t["bm25"][0] == t["dense"][0] for t in table.values()]) if "dense" in args.kinds else None
     print(f"{n} questions; top-1 agreement bm25/dense: {agree}")
