@@ -291,16 +291,24 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(a.out)
     if out.exists():
         prev = json.loads(out.read_text())
-        if prev.get("config") == config:
+        # per-question results do not depend on how many questions were asked for, nor on n_boot
+        same = {k: v for k, v in prev.get("config", {}).items() if k not in ("questions", "n_boot")}
+        if same == {k: v for k, v in config.items() if k not in ("questions", "n_boot")}:
             result["models"] = prev.get("models", {})
             logger.info("resuming %s", out)
         else:
             logger.info("%s has other settings; starting afresh", out)
 
+    wanted = {r.id for r in recs}
+
+    def mine(entry: dict[str, Any]) -> dict[str, dict[str, Any]]:
+        """The model's results on this run's questions (a longer earlier run may hold more)."""
+        return {q: r for q, r in entry["per_question"].items() if q in wanted}
+
     def save() -> None:
-        done = {k: v for k, v in result["models"].items() if v.get("per_question")}
+        done = {k: mine(v) for k, v in result["models"].items() if mine(v)}
         result["gap_bootstrap"] = gap_bootstrap(
-            {k: {"per_question_slot_logprob": {q: r["slot_logprob"] for q, r in v["per_question"].items()
+            {k: {"per_question_slot_logprob": {q: r["slot_logprob"] for q, r in v.items()
                                                if r["slot_logprob"] is not None}} for k, v in done.items()},
             n_boot=a.n_boot, seed=0)
         write_result(out, result, device=a.device)
@@ -328,11 +336,11 @@ def main(argv: list[str] | None = None) -> int:
             if not todo:
                 continue
             entry["per_question"].update(measure_batch(gen, todo, a.k, a.max_new_tokens))
-            entry["summary"] = summarise(entry["per_question"], a.n_boot)
+            entry["summary"] = summarise(mine(entry), a.n_boot)
             save()
             logger.info("%s: %d/%d questions", key, len(entry["per_question"]), len(recs))
     for entry in result["models"].values():
-        entry["summary"] = summarise(entry["per_question"], a.n_boot)
+        entry["summary"] = summarise(mine(entry), a.n_boot)
     save()
     print(f"HotpotQA dev, first {len(recs)} questions, given order, k = {a.k}, passages of "
           f"{a.passage_max_tokens} tokens ({result['command']})\n")

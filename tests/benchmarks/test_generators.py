@@ -99,5 +99,13 @@ def test_run_scores_match_plain_scoring_and_resume_skips_done_work(
         assert set(again) == {r.id for r in recs}
         for q, v in kept.items():
             assert again[q]["seconds_answer"] == v["seconds_answer"]  # not re-run
+
+        # fewer questions than done: the table covers the first two, nothing is re-run or dropped
+        assert args[6:8] == ["--questions", "3"]
+        assert bench.main([*args[:7], "2", *args[8:]]) == 0
+        res2 = json.loads(out.read_text(encoding="utf-8"))
+        e2 = res2["models"][str(tiny_lm_dir)]
+        assert e2["summary"]["n"] == 2 and res2["gap_bootstrap"]["n_questions"] == 2
+        assert e2["per_question"] == again
     finally:
         torch.set_num_threads(threads)
