@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from _harness import rel, shared_data, write_result
+from _harness import gpu_epilog, rel, shared_data, write_result
 
 
 def _final(run: Path) -> str:
@@ -99,7 +99,13 @@ def gap_bootstrap(sweeps: dict[str, dict[str, Any]], n_boot: int = 1000, seed: i
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    epilog = gpu_epilog(
+        "cord_sweep.py",
+        "--model Qwen/Qwen2.5-7B-Instruct --device cuda --train-limit 300 --train-k 10 --k 10 "
+        "--sweep-questions 100 --losses cord,shuffle,score_aware --out "
+        "benchmarks/results/cord_sweep-gpu.json")
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0], epilog=epilog,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True)
     ap.add_argument("--model", default=None,
                     help="base generator: hub id, folder or .gguf (default: the embedded SmolLM2-135M-Instruct; "

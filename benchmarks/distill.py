@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from _harness import rel, shared_data, write_result
+from _harness import gpu_epilog, rel, shared_data, write_result
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -189,7 +189,12 @@ def label_quality(labs: Sequence[Any], seed: int = 0) -> dict[str, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    epilog = gpu_epilog(
+        "distill.py",
+        "--model Qwen/Qwen2.5-7B-Instruct --device cuda --n-dev 100 --out benchmarks/results/distill-gpu.json",
+        note="The student trains on the same device.")
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=epilog,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True, help="result JSON")
     ap.add_argument("--dev-file", default=None, help="default: ../shared/data/hotpotqa/dev.jsonl")
     ap.add_argument("--n-dev", type=int, default=12, help="first N dev questions")
@@ -205,6 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch", type=int, default=4, help="questions per batched method call")
     ap.add_argument("--passage-max-tokens", type=int, default=60)
     ap.add_argument("--model", default=None, help="generator (default: embedded SmolLM2-135M-Instruct)")
+    ap.add_argument("--device", default="cpu", help="device of the generator and the student: cpu, cuda, auto")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--ranking-only-n", type=int, default=0,
                     help="also rank the first N dev questions with BM25 and the student only (no generator)")
@@ -229,14 +235,14 @@ def main(argv: list[str] | None = None) -> int:
             if not args.labels:
                 ap.error("--train needs --labels")
             res = train_student(args.labels, args.student, loss=args.loss, epochs=args.epochs, lr=args.lr,
-                                seed=args.seed, device="cpu")
+                                seed=args.seed, device=args.device)
             student = res.reranker
             train_info = res.to_dict()
             train_info.pop("loss_history", None)
         else:
             if not args.student:
                 ap.error("method 'student' needs --student DIR (or --train --labels FILE)")
-            student = DistilledReranker.load(args.student, device="cpu")
+            student = DistilledReranker.load(args.student, device=args.device)
             train_info = {"metadata": student.metadata}
 
     cache_path = Path(args.cache)
@@ -253,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
             if generator is None:
                 from ragkit.generation import Generator
 
-                generator = Generator(args.model, device="cpu", passage_max_tokens=args.passage_max_tokens,
+                generator = Generator(args.model, device=args.device, passage_max_tokens=args.passage_max_tokens,
                                       show_progress=False)
             rows = run_method(m, todo, retr, generator, student, args.batch)
             append_jsonl(cache_path, rows)

@@ -30,14 +30,21 @@ import sys
 import time
 from typing import Any
 
-from _harness import cpu_name, shared_data, write_result
+from _harness import cpu_name, gpu_epilog, shared_data, write_result
 from _shapes import SHAPES, bench_generator
 
 from ragkit.debias.designs import cyclic, prior
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    epilog = gpu_epilog(
+        "moi.py",
+        "--model random:llama-3-8b --device cuda --n-questions 5 --out "
+        "benchmarks/results/moi-llama3-8b-gpu.json",
+        note="random:<shape> builds random weights in a model's shape (speed needs no trained "
+             "weights); a hub id such as --model Qwen/Qwen2.5-7B-Instruct works the same.")
+    ap = argparse.ArgumentParser(description=__doc__, epilog=epilog,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True, help="JSON file to write")
     ap.add_argument("--n-questions", type=int, default=5)
     ap.add_argument("--k", type=int, default=10)

@@ -25,12 +25,17 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from _harness import ROOT, rel, shared_data, write_result
+from _harness import ROOT, gpu_epilog, rel, shared_data, write_result
 from _stats import paired_ci, rank_metrics
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    epilog = gpu_epilog(
+        "moi_designs.py",
+        "--model Qwen/Qwen2.5-7B-Instruct --device cuda --batch-size 64 --limit 100 --out "
+        "benchmarks/results/moi_designs_train-gpu.json")
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0], epilog=epilog,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", default=None, 
                     help="HotpotQA JSONL (train split; default: ../shared/data/hotpotqa/train.jsonl)")
     ap.add_argument("--limit", type=int, default=10)

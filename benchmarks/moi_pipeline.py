@@ -34,7 +34,7 @@ import sys
 import time
 from typing import Any
 
-from _harness import cpu_name, rel, shared_data, write_result
+from _harness import cpu_name, gpu_epilog, rel, shared_data, write_result
 from _shapes import SHAPES, bench_generator
 
 
@@ -51,7 +51,13 @@ def floor_tokens(gen: Any, question: str, passages: list, orderings: list[list[i
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    epilog = gpu_epilog(
+        "moi_pipeline.py",
+        "--model random:llama-3-8b --device cuda --n-questions 5 --out "
+        "benchmarks/results/moi_pipeline-gpu.json",
+        note="random:<shape> builds random weights in a model's shape; a hub id works the same.")
+    ap = argparse.ArgumentParser(description=__doc__, epilog=epilog,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True, help="JSON file to write")
     ap.add_argument("--n-questions", type=int, default=5)
     ap.add_argument("--k", type=int, default=10)

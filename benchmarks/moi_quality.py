@@ -33,7 +33,7 @@ import time
 from typing import Any
 
 import numpy as np
-from _harness import rel, shared_data, write_result
+from _harness import gpu_epilog, rel, shared_data, write_result
 from _stats import paired_ci, rank_metrics
 
 DEFAULT_METHODS = ("none", "reverse", "both_ends", "random", "voting", "psc_borda", "psc_rrf", "moi", "moi_prior",
@@ -116,7 +116,12 @@ def reorder(records: list[Any], order: str, orders_file: str | None) -> list[Any
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    epilog = gpu_epilog(
+        "moi_quality.py",
+        "--model Qwen/Qwen2.5-7B-Instruct --device cuda --batch-size 64 --limit 100 --calibrate 30 "
+        "--out benchmarks/results/moi_quality-gpu.json")
+    ap = argparse.ArgumentParser(description=__doc__, epilog=epilog,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", default=None,
                     help="HotpotQA JSONL or MS MARCO QnA JSON (told from the content; default: "
                          "../shared/data/hotpotqa/dev.jsonl)")

@@ -14,7 +14,7 @@ import argparse
 import logging
 import time
 
-from _harness import shared_data, write_result
+from _harness import gpu_epilog, shared_data, write_result
 
 
 def _with_passages(records, k):
@@ -45,7 +45,12 @@ def evaluate(model, records, paras, retriever, k, passage_max_tokens, max_new_to
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    epilog = gpu_epilog(
+        "psgrpo_run.py",
+        "--model Qwen/Qwen2.5-1.5B-Instruct --device cuda --train-questions 300 --eval-questions 50 "
+        "--steps 200 --out benchmarks/results/psgrpo_run-gpu.json")
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0], epilog=epilog,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True)
     ap.add_argument("--model", default=None,
                     help="generator: hub id, folder or .gguf (default: the embedded SmolLM2-135M-Instruct)")

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from _harness import rel, write_result
+from _harness import gpu_epilog, rel, write_result
 from _stats import paired_ci, rank_metrics
 
 
@@ -60,7 +60,13 @@ def question_orders(records: Sequence[Any], kinds: Sequence[str] = ("bm25", "den
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    epilog = gpu_epilog(
+        "question_orders.py",
+        "--data ../shared/data/hotpotqa/dev.jsonl --embedder BAAI/bge-small-en-v1.5 --device cuda "
+        "--out /tmp/orders-dev.json",
+        generator=False)
+    ap = argparse.ArgumentParser(description=__doc__, epilog=epilog,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", required=True, help="HotpotQA JSONL or MS MARCO QnA JSON")
     ap.add_argument("--out", required=True)
     ap.add_argument("--kinds", default="bm25,dense")
