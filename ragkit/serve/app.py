@@ -144,7 +144,8 @@ def _rank_fn(reranker: Any, settings: ServeSettings) -> Callable[[list[str], lis
         raise TypeError(f"{type(reranker).__name__} has no rank_many(queries, passage_lists); "
                         "pass a ragkit.reranking.Reranker")
     if is_pointwise(reranker):
-        return PairBatchScorer(reranker, max_batch_tokens=settings.max_batch_tokens)
+        return PairBatchScorer(reranker, max_batch_tokens=settings.max_batch_tokens,
+                               forward_cost_tokens=settings.forward_cost_tokens)
 
     def fn(queries: list[str], passages: list[list[Passage]]) -> list[RankedList]:
         return list(reranker.rank_many(queries, passages))

@@ -9,12 +9,15 @@ cost grows with the square of the padded length). :class:`PairBatchScorer` inste
 
 1. scores each distinct ``(query, passage text)`` pair once (retries, popular queries and
    duplicated documents inside a request cost nothing extra);
-2. sorts the distinct pairs by their token length ``l_i`` (the model's own tokenizer, truncated
-   at its ``max_length``) and cuts the sorted list into sub-batches ``B`` that satisfy
-   ``|B| * max(l in B) <= max_batch_tokens`` and ``min(l in B) >= min_fill * max(l in B)``, so
-   that padding stays under ``1 - min_fill`` of each sub-batch (sequence bucketing, as in
-   Sutskever et al., "Sequence to Sequence Learning with Neural Networks", arXiv 1409.3215 and
-   the length-sorted batching of sentence-transformers' ``predict``);
+2. sorts the distinct pairs by their token length ``l_1 >= l_2 >= ... >= l_n`` (the model's own
+   tokenizer, truncated at its ``max_length``) and cuts the sorted list into contiguous
+   sub-batches ``B`` minimising the modelled encoder cost
+   ``sum_B (c_0 + |B| * max(l in B))``, where ``c_0`` (``forward_cost_tokens``) is the fixed cost
+   of one forward in token-equivalents, subject to ``|B| * max(l in B) <= max_batch_tokens`` and
+   ``|B| <=`` the reranker's ``batch_size``; the optimum comes from the dynamic programme
+   ``f(j) = min_i f(i) + c_0 + (j - i) * l_{i+1}`` over the sorted list (sequence bucketing,
+   cf. the length-sorted batching of Sutskever et al., "Sequence to Sequence Learning with
+   Neural Networks", arXiv 1409.3215, made optimal for a linear cost model);
 3. rebuilds every request's ranking from its pairs' scores exactly as the reranker does
    (``RankedList.from_scores``: descending score, ties in input order).
 """
@@ -54,9 +57,10 @@ class PairBatchScorer:
         :func:`is_pointwise`); its ``score_pairs`` runs once per sub-batch.
     max_batch_tokens
         Most padded tokens (rows x longest row) in one encoder forward.
-    min_fill
-        A sub-batch's shortest pair has at least ``min_fill`` times the tokens of its longest
-        (``1 - min_fill`` bounds the padding share); in (0, 1].
+    forward_cost_tokens
+        ``c_0``: the fixed cost of one encoder forward, in tokens (``0``: minimise padding only;
+        larger: fewer, fuller forwards). Per-forward overhead is small on one CPU thread and on a
+        GPU's launch queue, larger where intra-op threads must meet at every operator.
 
     Attributes
     ----------
@@ -65,17 +69,18 @@ class PairBatchScorer:
         padded / real token counts (``padded_tokens / real_tokens`` is the padding overhead).
     """
 
-    def __init__(self, reranker: CrossEncoderReranker, max_batch_tokens: int = 4096, min_fill: float = 0.8) -> None:
+    def __init__(self, reranker: CrossEncoderReranker, max_batch_tokens: int = 4096,
+                 forward_cost_tokens: int = 128) -> None:
         if not is_pointwise(reranker):
             raise TypeError(f"{type(reranker).__name__} is not a pointwise cross-encoder reranker; "
                             "serve it through its own rank_many")
         if max_batch_tokens < 1:
             raise ValueError(f"max_batch_tokens must be >= 1, got {max_batch_tokens}")
-        if not 0.0 < min_fill <= 1.0:
-            raise ValueError(f"min_fill must be in (0, 1], got {min_fill}")
+        if forward_cost_tokens < 0:
+            raise ValueError(f"forward_cost_tokens must be >= 0, got {forward_cost_tokens}")
         self.reranker = reranker
         self.max_batch_tokens = int(max_batch_tokens)
-        self.min_fill = float(min_fill)
+        self.forward_cost_tokens = int(forward_cost_tokens)
         self.pairs_requested = 0
         self.pairs_scored = 0
         self.padded_tokens = 0
@@ -97,20 +102,28 @@ class PairBatchScorer:
         return [len(ids) for ids in enc["input_ids"]]
 
     def buckets(self, lengths: Sequence[int]) -> list[list[int]]:
-        """Indices of ``lengths`` cut into sub-batches: longest first, within the token and fill bounds."""
+        """Indices of ``lengths`` cut into the cheapest sub-batches (longest first; see the module doc)."""
         order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+        n = len(order)
+        max_rows = max(1, int(getattr(self.reranker, "batch_size", n) or n))
+        inf = float("inf")
+        best = [0.0] + [inf] * n  # best[j]: cheapest cost of the first j sorted pairs
+        cut = [0] * (n + 1)
+        for i in range(n):  # a sub-batch starting at sorted position i (its longest pair)
+            if best[i] == inf:
+                continue
+            longest = lengths[order[i]]
+            rows_cap = min(max_rows, n - i, max(1, self.max_batch_tokens // max(1, longest)))
+            for rows in range(1, rows_cap + 1):
+                c = best[i] + self.forward_cost_tokens + rows * longest
+                if c < best[i + rows]:
+                    best[i + rows], cut[i + rows] = c, i
         out: list[list[int]] = []
-        cur: list[int] = []
-        for i in order:
-            if cur:
-                longest = lengths[cur[0]]
-                if (len(cur) + 1) * longest > self.max_batch_tokens or lengths[i] < self.min_fill * longest:
-                    out.append(cur)
-                    cur = []
-            cur.append(i)
-        if cur:
-            out.append(cur)
-        return out
+        j = n
+        while j > 0:
+            out.append(order[cut[j]:j])
+            j = cut[j]
+        return out[::-1]
 
     def __call__(self, queries: Sequence[Any], passages: Sequence[Sequence[Passage]]) -> list[RankedList]:
         """Rank each query's passages; the same rankings as ``reranker.rank_many(queries, passages)``."""

@@ -35,6 +35,10 @@ class ServeSettings:
     max_batch_tokens
         For a pointwise cross-encoder (the student): most padded tokens (rows x longest pair) in
         one encoder forward of a merged batch (see :class:`ragkit.serve.PairBatchScorer`).
+    forward_cost_tokens
+        For a pointwise cross-encoder: the fixed cost of one encoder forward in tokens, which
+        :class:`ragkit.serve.PairBatchScorer` weighs against padding when it cuts a merged batch
+        into length buckets (``0``: minimise padding only).
     """
 
     max_batch_size: int = 32
@@ -46,6 +50,7 @@ class ServeSettings:
     retry_after_s: int = 1
     model_name: str = "ragkit-reranker"
     max_batch_tokens: int = 4096
+    forward_cost_tokens: int = 128
 
     def __post_init__(self) -> None:
         for name in ("max_batch_size", "max_queue", "max_documents", "max_chars", "retry_after_s",
@@ -53,6 +58,10 @@ class ServeSettings:
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise ValueError(f"ServeSettings.{name} must be an integer >= 1, got {v!r}")
+        if not isinstance(self.forward_cost_tokens, int) or isinstance(self.forward_cost_tokens, bool) \
+                or self.forward_cost_tokens < 0:
+            raise ValueError(f"ServeSettings.forward_cost_tokens must be an integer >= 0, got "
+                             f"{self.forward_cost_tokens!r}")
         if not isinstance(self.max_wait_ms, (int, float)) or self.max_wait_ms < 0:
             raise ValueError(f"ServeSettings.max_wait_ms must be >= 0, got {self.max_wait_ms!r}")
         if self.api_key is not None and not self.api_key.strip():

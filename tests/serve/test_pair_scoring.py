@@ -33,7 +33,7 @@ def test_merged_batch_equals_per_request_rank_many(tiny_reranker: Any) -> None:
     queries = [QUERIES[0], QUERIES[1], QUERIES[2], QUERIES[0], QUERIES[1]]
     lists = [_passages(DOCS), _passages(DOCS[:2]), _passages(DOCS[2:5]), _passages(DOCS),
              _passages([DOCS[3], DOCS[1], DOCS[3]])]
-    scorer = PairBatchScorer(tiny_reranker, max_batch_tokens=96, min_fill=0.8)
+    scorer = PairBatchScorer(tiny_reranker, max_batch_tokens=96, forward_cost_tokens=8)
     merged = scorer(queries, lists)
     for q, ps, got in zip(queries, lists, merged):
         expected = tiny_reranker.rank(q, ps)
@@ -51,22 +51,41 @@ def test_merged_batch_equals_per_request_rank_many(tiny_reranker: Any) -> None:
     # scored once: the repeated request (6 pairs), the repeated document (1 pair) and
     # (QUERIES[1], DOCS[1]), asked by the second and the last request (1 pair)
     assert scorer.pairs_scored == requested - 6 - 1 - 1
-    # bucketing: padded tokens stay within the fill bound of the real tokens
-    assert scorer.real_tokens <= scorer.padded_tokens <= scorer.real_tokens / 0.8 + 1e-9
+    assert scorer.real_tokens <= scorer.padded_tokens
 
 
-def test_buckets_respect_token_budget_and_fill() -> None:
-    scorer = PairBatchScorer.__new__(PairBatchScorer)  # only the bucketing rule, no model
-    scorer.max_batch_tokens, scorer.min_fill = 100, 0.8
-    lengths = [10, 50, 12, 48, 40, 11, 49, 9, 30]
-    buckets = scorer.buckets(lengths)
-    assert sorted(i for b in buckets for i in b) == list(range(len(lengths)))
-    for b in buckets:
-        longest = max(lengths[i] for i in b)
-        assert lengths[b[0]] == longest
-        assert len(b) * longest <= 100 or len(b) == 1
-        assert min(lengths[i] for i in b) >= 0.8 * longest
-    assert [[lengths[i] for i in b] for b in buckets] == [[50, 49], [48, 40], [30], [12, 11, 10], [9]]
+def _partitions(n: int) -> list[list[tuple[int, int]]]:
+    """Every cut of positions 0..n-1 into contiguous (start, end) runs."""
+    out = []
+    for mask in range(1 << max(0, n - 1)):
+        runs, start = [], 0
+        for k in range(1, n):
+            if mask >> (k - 1) & 1:
+                runs.append((start, k))
+                start = k
+        out.append([*runs, (start, n)])
+    return out
+
+
+@pytest.mark.parametrize("c0", [0, 20, 1000])
+def test_buckets_are_the_cheapest_cut(tiny_reranker: Any, c0: int) -> None:
+    import random
+
+    rng = random.Random(c0)
+    scorer = PairBatchScorer(tiny_reranker, max_batch_tokens=150, forward_cost_tokens=c0)
+    for _ in range(20):
+        lengths = [rng.randint(5, 60) for _ in range(rng.randint(1, 9))]
+        buckets = scorer.buckets(lengths)
+        assert sorted(i for b in buckets for i in b) == list(range(len(lengths)))
+        for b in buckets:
+            longest = max(lengths[i] for i in b)
+            assert lengths[b[0]] == longest and len(b) * longest <= 150
+        got = sum(c0 + len(b) * lengths[b[0]] for b in buckets)
+        srt = sorted(lengths, reverse=True)
+        feasible = [sum(c0 + (e - s) * srt[s] for s, e in p) for p in _partitions(len(srt))
+                    if all((e - s) * srt[s] <= 150 for s, e in p)]
+        assert got == min(feasible), (lengths, buckets)
+    assert scorer.buckets([50, 50, 10]) == ([[0, 1], [2]] if c0 < 40 else [[0, 1, 2]])
 
 
 def test_only_pointwise_rerankers_get_pair_scoring(tiny_reranker: Any) -> None:
@@ -78,10 +97,12 @@ def test_only_pointwise_rerankers_get_pair_scoring(tiny_reranker: Any) -> None:
     assert not is_pointwise(Listwise())
     with pytest.raises(TypeError, match="pointwise"):
         PairBatchScorer(Listwise())  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="min_fill"):
-        PairBatchScorer(tiny_reranker, min_fill=0.0)
+    with pytest.raises(ValueError, match="forward_cost_tokens"):
+        PairBatchScorer(tiny_reranker, forward_cost_tokens=-1)
     assert isinstance(create_app(tiny_reranker).state.batcher.fn, PairBatchScorer)
     assert not isinstance(create_app(Listwise()).state.batcher.fn, PairBatchScorer)
     with pytest.raises(ValueError, match="max_batch_tokens"):
         ServeSettings(max_batch_tokens=0)
+    with pytest.raises(ValueError, match="forward_cost_tokens"):
+        ServeSettings(forward_cost_tokens=-1)
 
