@@ -106,3 +106,16 @@ def test_only_pointwise_rerankers_get_pair_scoring(tiny_reranker: Any) -> None:
     with pytest.raises(ValueError, match="forward_cost_tokens"):
         ServeSettings(forward_cost_tokens=-1)
 
+
+
+def test_fixed_mmap_threshold(monkeypatch: pytest.MonkeyPatch) -> None:
+    import platform
+
+    from ragkit.serve import fixed_mmap_threshold
+
+    monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", "131072")
+    assert fixed_mmap_threshold() is False  # the environment's own setting wins
+    monkeypatch.delenv("MALLOC_MMAP_THRESHOLD_")
+    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+        pytest.skip("mallopt is glibc's")
+    assert fixed_mmap_threshold() is True
