@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from _harness import write_result
+from _harness import gpu_epilog, write_result
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -153,7 +153,14 @@ def _workloads(docs: list[int]) -> dict[int, list[dict[str, Any]]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    epilog = gpu_epilog(
+        "serve.py",
+        "--device cuda --docs 1,4,10 --clients 1,8,32 --out benchmarks/results/serve-gpu.json",
+        note="On a GPU merged batches are where micro-batching pays (one forward for many requests).",
+        generator=False)
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog=epilog,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--device", default="cpu", help="device of the served student and the in-process baselines")
     ap.add_argument("--student", default=None, help="a saved student folder (default: untrained head on MiniLM-L6)")
     ap.add_argument("--docs", default="1,4,10", help="documents per request, one table block each (1,4,10)")
     ap.add_argument("--clients", default="1,8,32")
@@ -185,10 +192,10 @@ def main(argv: list[str] | None = None) -> int:
     workloads = _workloads(sorted({*docs_levels, a.mem_docs}))
     tmp = Path(tempfile.mkdtemp(prefix="ragkit-serve-bench-"))
     if a.student:
-        student = DistilledReranker.from_pretrained(a.student, device="cpu")
+        student = DistilledReranker.from_pretrained(a.student, device=a.device)
         folder, model_name = Path(a.student), f"student {a.student}"
     else:
-        student = DistilledReranker.from_base(None, device="cpu", max_length=256, seed=0)
+        student = DistilledReranker.from_base(None, device=a.device, max_length=256, seed=0)
         folder = student.save_pretrained(tmp / "student")
         model_name = "student: all-MiniLM-L6-v2 cross-encoder (22M parameters, untrained head; max_length 256)"
     bucketed = PairBatchScorer(student)
@@ -203,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    cmd = [sys.executable, "-m", "ragkit.cli", "serve", "--reranker", f"student:{folder}", "--device", "cpu",
+    cmd = [sys.executable, "-m", "ragkit.cli", "serve", "--reranker", f"student:{folder}", "--device", a.device,
            "--port", str(port), "--max-batch-size", str(a.max_batch_size), "--max-wait-ms", str(a.max_wait_ms),
            "--max-queue", str(a.max_queue), "--log-level", "warning"]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)

@@ -25,7 +25,7 @@ SCRIPTS = sorted(p.name for p in BENCH.glob("*.py") if not p.name.startswith("_"
 
 # Scripts whose epilog the coordinator adds (other helpers own them while this lands); remove a
 # name once its --help passes.
-PENDING = {"serve.py"}
+PENDING: set[str] = set()
 
 _FLAG = re.compile(r"(?<![\w-])--[A-Za-z0-9][\w-]*")
 
