@@ -42,7 +42,8 @@ def _serve(args: argparse.Namespace) -> int:
     api_key = args.api_key or os.environ.get("RAGKIT_API_KEY") or None
     settings = ServeSettings(max_batch_size=args.max_batch_size, max_wait_ms=args.max_wait_ms,
                              max_queue=args.max_queue, max_documents=args.max_documents,
-                             max_chars=args.max_chars, api_key=api_key,
+                             max_chars=args.max_chars, max_batch_tokens=args.max_batch_tokens,
+                             forward_cost_tokens=args.forward_cost_tokens, api_key=api_key,
                              model_name=args.reranker if args.reranker != "moi" else f"moi:{args.model or 'default'}")
     if args.host not in ("127.0.0.1", "localhost", "::1") and api_key is None:
         logger.warning("serving on %s without an API key; anyone who reaches the port can use it "
@@ -87,6 +88,11 @@ def register(subparsers: Any) -> None:
                    help="most documents per request (1000; more: 413)")
     p.add_argument("--max-chars", type=positive_int, default=20_000,
                    help="most characters in the query and in each document (20000; more: 413, never truncated)")
+    p.add_argument("--max-batch-tokens", type=positive_int, default=4096,
+                   help="cross-encoder rerankers: most padded tokens per encoder forward (4096)")
+    p.add_argument("--forward-cost-tokens", type=non_negative_int, default=128,
+                   help="cross-encoder rerankers: a forward's fixed cost in padded tokens, traded against padding "
+                        "when merged pairs are cut into length buckets (128; 0: bucket as finely as padding asks)")
     p.add_argument("--api-key", default=None,
                    help="require `Authorization: Bearer KEY` (default: $RAGKIT_API_KEY; unset: no auth)")
     p.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"))

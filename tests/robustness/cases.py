@@ -819,6 +819,10 @@ def cases() -> list[Case]:
     # -- serve (error paths only: a working server runs until stopped)
     add(C("serve", "--port -1", ["serve", "--port", "-1"], "usage|error", r"port", fast=True))
     add(C("serve", "--port 99999", ["serve", "--port", "99999"], "usage|error", r"port", fast=True))
+    add(C("serve", "--max-batch-tokens 0", ["serve", "--max-batch-tokens", "0"], "usage|error", r"max-batch-tokens",
+          fast=True))
+    add(C("serve", "--forward-cost-tokens -1", ["serve", "--forward-cost-tokens", "-1"], "usage|error",
+          r"forward-cost-tokens", fast=True))
     add(C("serve", "--reranker typo", ["serve", "--reranker", "moii", "--port", "0"], "error", r"moii"))
     add(C("serve", "--reranker student folder missing", ["serve", "--reranker", "student:./nope"], "error",
           r"nope"))

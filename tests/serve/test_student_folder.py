@@ -63,7 +63,8 @@ def test_ragkit_serve_command_serves_the_folder(tiny_reranker: Any, student_dir:
         port = s.getsockname()[1]
     env = {**os.environ, "RAGKIT_API_KEY": "k3y"}
     proc = subprocess.Popen([sys.executable, "-m", "ragkit.cli", "serve", "--reranker", f"student:{student_dir}",
-                             "--device", "cpu", "--port", str(port), "--max-documents", "5", "--log-level", "warning"],
+                             "--device", "cpu", "--port", str(port), "--max-documents", "5", "--log-level", "warning",
+                             "--max-batch-tokens", "1024", "--forward-cost-tokens", "0"],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
     url = f"http://127.0.0.1:{port}"
     try:
