@@ -5,54 +5,38 @@ Tests that load the embedded default models are marked ``slow``.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
+import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("RAGKIT_SHARED_DATA", ROOT.parent / "shared" / "data"))
 
-_CHAT_TEMPLATE = (
-    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
-    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
 
-_TRAIN_TEXT = [
-    "The quick brown fox jumps over the lazy dog. Paris is the capital of France.",
-    "Arthur's Magazine was an American literary periodical published in Philadelphia.",
-    "First for Women is a woman's magazine published by Bauer Media Group in the USA.",
-    "Answer the question using the passages. Question: Which magazine was started first?",
-    "Passage 1: Title. Text. Answer: yes no 1844 1989 the a an of in on at to is was",
-    "0 1 2 3 4 5 6 7 8 9 ABCDEFGHIJKLMNOPQRSTUVWXYZ abcdefghijklmnopqrstuvwxyz .,;:!?'\"()[]-",
-]
+def load_benchmark(name: str) -> ModuleType:
+    """``benchmarks/<name>.py`` as a module (loaded once), its folder on ``sys.path`` for its sibling imports."""
+    mod_name = f"ragkit_bench_{name}"
+    if mod_name in sys.modules:
+        return sys.modules[mod_name]
+    if str(ROOT / "benchmarks") not in sys.path:
+        sys.path.insert(0, str(ROOT / "benchmarks"))
+    spec = importlib.util.spec_from_file_location(mod_name, ROOT / "benchmarks" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[mod_name] = mod
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def build_tiny_tokenizer():
-    """A real byte-level BPE tokenizer (vocab 400) trained in-process, with a chat template."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    tk = Tokenizer(models.BPE())
-    tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tk.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=400,
-        special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tk.train_from_iterator(_TRAIN_TEXT * 4, trainer=trainer)
-    tok = PreTrainedTokenizerFast(
-        tokenizer_object=tk,
-        bos_token="<|im_start|>",
-        eos_token="<|im_end|>",
-        pad_token="<|endoftext|>",
-        unk_token="<|endoftext|>",
-    )
-    tok.chat_template = _CHAT_TEMPLATE
-    return tok
+    """A real byte-level BPE tokenizer (vocab 400) trained in-process, with a chat template: the model
+    zoo's ``"bpe"`` tokenizer (one definition for the tests and ``benchmarks/model_zoo.py``)."""
+    return load_benchmark("model_zoo").build_tokenizer("bpe")
 
 
 def build_tiny_lm(path: Path, seed: int = 0) -> Path:

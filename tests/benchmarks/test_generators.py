@@ -3,27 +3,20 @@
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import numpy as np
 import pytest
+from conftest import load_benchmark
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
 def bench() -> ModuleType:
-    sys.path.insert(0, str(ROOT / "benchmarks"))  # the script imports _harness and cord_sweep as its siblings
-    spec = importlib.util.spec_from_file_location("ragkit_bench_generators", ROOT / "benchmarks" / "generators.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("generators")
 
 
 def test_slot_orderings_move_the_gold_block_and_keep_the_distractors_in_order(bench: ModuleType) -> None:

@@ -8,25 +8,19 @@ than the prompts, a Llama-2-style SentencePiece tokenizer that adds BOS).
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+from conftest import load_benchmark
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
 def zoo() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("ragkit_bench_model_zoo", ROOT / "benchmarks" / "model_zoo.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("model_zoo")
 
 
 @pytest.fixture()
