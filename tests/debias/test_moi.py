@@ -12,13 +12,6 @@ from ragkit.debias.placement import both_ends_order, reverse_order
 from ragkit.types import Passage, QARecord
 
 
-@pytest.fixture(scope="module")
-def gen(tiny_lm_dir):
-    from ragkit.generation import Generator
-
-    return Generator(model=str(tiny_lm_dir), batch_size=16, max_length=1024, show_progress=False)
-
-
 def _passages(k: int) -> list[Passage]:
     words = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot"]
     return [Passage(id=f"d{i}", title=f"T{i}", text=f"{words[i % 6]} is a word number {i}.") for i in range(k)]

@@ -361,13 +361,6 @@ def test_moi_uses_the_models_profile(tmp_path, monkeypatch) -> None:
 
 
 # ------------------------------------------------------------------ tiny real model end to end
-@pytest.fixture(scope="module")
-def gen(tiny_lm_dir):
-    from ragkit.generation import Generator
-
-    return Generator(model=str(tiny_lm_dir), batch_size=16, max_length=1024, show_progress=False)
-
-
 def _words(k: int) -> list[Passage]:
     words = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot"]
     return [Passage(id=f"d{i}", title=f"T{i}", text=f"{words[i % 6]} is a word number {i}.") for i in range(k)]
