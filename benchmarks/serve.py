@@ -8,9 +8,10 @@ request is one bundled HotpotQA question with ``D`` of its paragraphs (TEI ``/re
 
 * sequential, in-process, one request after the other, for ``--seq-seconds`` before AND after the
   served levels (the machine is shared; both are reported and the speedup uses their mean):
-  ``reranker.rank(query, docs)`` (the baseline), and the server's own scoring path
-  (:class:`ragkit.serve.PairBatchScorer` on one request: length-bucketed, no merging) to separate
-  what bucketing gains from what merging concurrent requests gains;
+  ``reranker.rank(query, docs)`` (the baseline: the reranker's defaults, length buckets capped by
+  ``batch_size`` only), and the server's own scoring path (the same reranker with the server's
+  ``max_batch_tokens`` / ``forward_cost_tokens``, on one request: length-bucketed, no merging) to
+  separate what bucketing gains from what merging concurrent requests gains;
 * served: ``C`` concurrent HTTP clients (asyncio + httpx, each sending back-to-back) for
   ``--seconds`` per level, ``C`` in ``--clients`` (1, 8, 32): throughput, p50/p99 latency,
   failed requests, mean requests per merged batch;
@@ -51,7 +52,7 @@ sys.path.insert(0, str(ROOT))
 
 from ragkit.datasets import sample_records  # noqa: E402
 from ragkit.debias.student import DistilledReranker  # noqa: E402
-from ragkit.serve import PairBatchScorer  # noqa: E402
+from ragkit.serve import ServeSettings  # noqa: E402
 from ragkit.types import Passage  # noqa: E402
 
 
@@ -198,13 +199,15 @@ def main(argv: list[str] | None = None) -> int:
         student = DistilledReranker.from_base(None, device=a.device, max_length=256, seed=0)
         folder = student.save_pretrained(tmp / "student")
         model_name = "student: all-MiniLM-L6-v2 cross-encoder (22M parameters, untrained head; max_length 256)"
-    bucketed = PairBatchScorer(student)
+    served = ServeSettings()  # the server's bucketing, on a second reranker over the same model
+    bucketed = DistilledReranker(student.model, batch_size=student.batch_size)
+    bucketed.max_batch_tokens, bucketed.forward_cost_tokens = served.max_batch_tokens, served.forward_cost_tokens
 
     def rank(body: dict[str, Any]) -> Any:
         return student.rank(body["query"], body["texts"])
 
     def scorer(body: dict[str, Any]) -> Any:  # what the server runs, on one request
-        return bucketed([body["query"]], [[Passage(id=str(i), text=t) for i, t in enumerate(body["texts"])]])
+        return bucketed.rank_many([body["query"]], [[Passage(id=str(i), text=t) for i, t in enumerate(body["texts"])]])
 
     # ---- the server, in its own process
     with socket.socket() as s:
@@ -300,9 +303,10 @@ def main(argv: list[str] | None = None) -> int:
         "torch_threads": torch.get_num_threads(),
         "settings": {"max_batch_size": a.max_batch_size, "max_wait_ms": a.max_wait_ms, "max_queue": a.max_queue,
                      "max_batch_tokens": health.get("settings", {}).get("max_batch_tokens")},
-        "baselines": {"rank": "reranker.rank(query, docs) in-process, one request after the other",
-                      "bucketed": "the server's PairBatchScorer on one request at a time, in-process (length-"
-                                  "bucketed encoder batches, no merging)"},
+        "baselines": {"rank": "reranker.rank(query, docs) in-process, one request after the other (the "
+                              "reranker's defaults: length buckets capped by batch_size only)",
+                      "bucketed": "the reranker with the server's max_batch_tokens / forward_cost_tokens on one "
+                                  "request at a time, in-process (length-bucketed encoder batches, no merging)"},
         "by_docs": table,
         "memory_bounded_load": memory,
         "memory_note": f"{a.mem_seconds:.0f} s of load" + (" (the issue asks for 5 minutes)" if a.mem_seconds < 300

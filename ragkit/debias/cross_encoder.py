@@ -2,26 +2,37 @@
 
 A cross-encoder scores each (query, passage) pair jointly with one encoder pass, ``s = f(q, p)``
 (Nogueira & Cho, "Passage Re-ranking with BERT", arXiv 1901.04085); passages sort by ``s``
-descending, ties keeping the retriever order. All pairs of all queries go through one batched
-``predict`` call.
+descending, ties keeping the retriever order. Because every pair is scored on its own, the pairs
+of all queries of one ``rank_many`` call can be regrouped freely without changing any score, so
+:meth:`CrossEncoderReranker.rank_many`
+
+1. scores each distinct ``(query text, passage text)`` pair once (a popular query, a repeated
+   request or a document listed twice costs nothing extra);
+2. measures each pair's token length with the model's own tokenizer (truncated at its maximum
+   length) and cuts the pairs into length buckets, one encoder forward each
+   (:func:`length_buckets`), so that a short pair is not padded to the longest pair of the call;
+3. rebuilds every query's ranking from its pairs' scores (``RankedList.from_scores``).
+
+``ragkit serve`` micro-batches concurrent requests into one such call, and evaluation gets the
+same saving offline.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ragkit.io import progress_enabled
+from ragkit.io import progress, progress_enabled
 from ragkit.reranking import Reranker
 from ragkit.types import Passage, Query, RankedList
 
 if TYPE_CHECKING:  # pragma: no cover
     from sentence_transformers import CrossEncoder
 
-__all__ = ["CrossEncoderReranker", "pair_text"]
+__all__ = ["CrossEncoderReranker", "length_buckets", "pair_text"]
 
 logger = logging.getLogger(__name__)
 
@@ -29,6 +40,82 @@ logger = logging.getLogger(__name__)
 def pair_text(p: Passage) -> str:
     """The passage side of a (query, passage) pair: title and text, as shown to the generator."""
     return p.contents
+
+
+def length_buckets(
+    lengths: Sequence[int],
+    max_rows: int,
+    max_batch_tokens: int | None = None,
+    forward_cost_tokens: int = 128,
+) -> list[list[int]]:
+    """Cut sequences into the encoder batches of least modelled cost (exact dynamic programme).
+
+    Sort the sequences by length, ``l_1 >= l_2 >= ... >= l_n``, and cut the sorted list into
+    contiguous batches ``B`` minimising
+
+    ``cost = sum_B (c_0 + |B| * max(l in B))``
+
+    subject to ``|B| <= max_rows`` and ``|B| * max(l in B) <= max_batch_tokens``: a forward pads
+    every row to its longest one (``|B| * max l`` padded tokens) and costs ``c_0`` token-equivalents
+    on top (``forward_cost_tokens``: launch, weight reads, thread synchronisation). In sorted
+    order a batch's longest sequence is its first, so the optimum is the dynamic programme
+
+    ``f(0) = 0,  f(j) = min_{i < j feasible} f(i) + c_0 + (j - i) * l_{i+1}``
+
+    in ``O(n * max_rows)``. This is sequence bucketing (the length-sorted batches of Sutskever et
+    al., "Sequence to Sequence Learning with Neural Networks", NeurIPS 2014, arXiv 1409.3215),
+    made optimal for a linear cost model. A sequence longer than ``max_batch_tokens`` goes alone.
+
+    Parameters
+    ----------
+    lengths
+        Token length of each sequence.
+    max_rows
+        Most sequences per batch (the encoder's batch size).
+    max_batch_tokens
+        Most padded tokens per batch; ``None``: no cap beyond ``max_rows``.
+    forward_cost_tokens
+        ``c_0`` (``0``: minimise padding only; larger: fewer, fuller batches).
+
+    Returns
+    -------
+    list[list[int]]
+        Indices into ``lengths``, one list per batch, longest batch first; within a batch the
+        longest sequence first (ties in input order).
+
+    Examples
+    --------
+    >>> length_buckets([50, 50, 10], max_rows=8, forward_cost_tokens=20)   # 20 + 100 + 20 + 10 < 20 + 150
+    [[0, 1], [2]]
+    >>> length_buckets([50, 50, 10], max_rows=8, forward_cost_tokens=100)  # 100 + 150 < 100 + 100 + 100 + 10
+    [[0, 1, 2]]
+    """
+    if max_rows < 1:
+        raise ValueError(f"max_rows must be >= 1, got {max_rows}")
+    if max_batch_tokens is not None and max_batch_tokens < 1:
+        raise ValueError(f"max_batch_tokens must be >= 1 or None, got {max_batch_tokens}")
+    if forward_cost_tokens < 0:
+        raise ValueError(f"forward_cost_tokens must be >= 0, got {forward_cost_tokens}")
+    n = len(lengths)
+    order = sorted(range(n), key=lambda i: (-lengths[i], i))
+    inf = float("inf")
+    best = [0.0] + [inf] * n  # best[j]: least cost of the first j sorted sequences
+    cut = [0] * (n + 1)  # cut[j]: where the last batch of that optimum starts
+    for i in range(n):  # a batch starting at sorted position i, whose longest sequence is l_{i+1}
+        longest = max(1, int(lengths[order[i]]))
+        rows_cap = min(max_rows, n - i)
+        if max_batch_tokens is not None:
+            rows_cap = min(rows_cap, max(1, max_batch_tokens // longest))
+        for rows in range(1, rows_cap + 1):
+            c = best[i] + forward_cost_tokens + rows * longest
+            if c < best[i + rows]:
+                best[i + rows], cut[i + rows] = c, i
+    out: list[list[int]] = []
+    j = n
+    while j > 0:
+        out.append(order[cut[j]:j])
+        j = cut[j]
+    return out[::-1]
 
 
 class CrossEncoderReranker(Reranker):
@@ -40,9 +127,26 @@ class CrossEncoderReranker(Reranker):
         A loaded ``sentence_transformers.CrossEncoder`` with one output label, or a folder /
         hub id to load (see :meth:`from_pretrained` for the loading options).
     batch_size
-        Pairs per encoder forward.
+        Most pairs per encoder forward.
     show_progress
-        Progress bar in ``predict`` (``None``: off).
+        Progress bar over the encoder batches (``None``: off).
+    max_batch_tokens
+        Most padded tokens (rows x longest pair) per encoder forward in :meth:`rank_many`;
+        ``None``: no cap beyond ``batch_size``.
+    forward_cost_tokens
+        The fixed cost of one encoder forward in tokens, traded against padding when the pairs
+        of a call are cut into length buckets (:func:`length_buckets`; ``0``: minimise padding
+        only). Small on one CPU thread and on a GPU's launch queue, larger where intra-op threads
+        must meet at every operator.
+
+    Attributes
+    ----------
+    forward_passes
+        Encoder sequences scored so far (cost accounting; :meth:`score_pairs` included).
+    pairs_requested, pairs_scored, padded_tokens, real_tokens
+        Running totals of :meth:`rank_many`: pairs asked for, distinct pairs run through the
+        encoder, and their padded / real token counts (``padded_tokens / real_tokens`` is the
+        padding overhead).
 
     Examples
     --------
@@ -52,7 +156,8 @@ class CrossEncoderReranker(Reranker):
 
     name = "cross-encoder"
 
-    def __init__(self, model: CrossEncoder | str, batch_size: int = 64, show_progress: bool | None = None) -> None:
+    def __init__(self, model: CrossEncoder | str, batch_size: int = 64, show_progress: bool | None = None,
+                 max_batch_tokens: int | None = None, forward_cost_tokens: int = 128) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         if isinstance(model, str):
@@ -66,26 +171,51 @@ class CrossEncoderReranker(Reranker):
         self.model = model
         self.batch_size = batch_size
         self.show_progress = show_progress
-        self.forward_passes = 0  # encoder sequences scored so far (cost accounting)
+        self.max_batch_tokens = max_batch_tokens
+        self.forward_cost_tokens = forward_cost_tokens
+        self.forward_passes = 0
+        self.pairs_requested = 0
+        self.pairs_scored = 0
+        self.padded_tokens = 0
+        self.real_tokens = 0
+
+    @property
+    def max_batch_tokens(self) -> int | None:
+        """Most padded tokens per encoder forward (``None``: only ``batch_size`` caps a batch)."""
+        return self._max_batch_tokens
+
+    @max_batch_tokens.setter
+    def max_batch_tokens(self, value: int | None) -> None:
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+            raise ValueError(f"max_batch_tokens must be an integer >= 1 or None, got {value!r}")
+        self._max_batch_tokens = value
+
+    @property
+    def forward_cost_tokens(self) -> int:
+        """The fixed cost of one encoder forward, in tokens (see :func:`length_buckets`)."""
+        return self._forward_cost_tokens
+
+    @forward_cost_tokens.setter
+    def forward_cost_tokens(self, value: int) -> None:
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise ValueError(f"forward_cost_tokens must be an integer >= 0, got {value!r}")
+        self._forward_cost_tokens = value
 
     @classmethod
     def from_pretrained(
-        cls, name_or_path: str, *, device: str = "auto", batch_size: int = 64, max_length: int | None = None
+        cls, name_or_path: str, *, device: str = "auto", batch_size: int = 64, max_length: int | None = None,
+        max_batch_tokens: int | None = None, forward_cost_tokens: int = 128,
     ) -> CrossEncoderReranker:
         """Load a one-output cross-encoder from a folder or a hub id (scores are raw logits)."""
-        return cls(_load_cross_encoder(name_or_path, device=device, max_length=max_length), batch_size=batch_size)
+        return cls(_load_cross_encoder(name_or_path, device=device, max_length=max_length), batch_size=batch_size,
+                   max_batch_tokens=max_batch_tokens, forward_cost_tokens=forward_cost_tokens)
 
     def score_pairs(self, queries: Sequence[str], passages: Sequence[Sequence[Passage]]) -> list[np.ndarray]:
-        """Raw scores, one array per query, from ONE batched ``predict`` over all pairs."""
+        """Raw scores, one array per query, from ONE batched ``predict`` over all pairs (no deduplication)."""
         if len(queries) != len(passages):
             raise ValueError(f"{len(queries)} queries but {len(passages)} passage lists")
         pairs = [(q, pair_text(p)) for q, ps in zip(queries, passages) for p in ps]
-        if not pairs:
-            return [np.zeros(0, dtype=np.float32) for _ in queries]
-        show = bool(self.show_progress) and progress_enabled(self.show_progress)
-        flat = self.model.predict(pairs, batch_size=self.batch_size, show_progress_bar=show, convert_to_numpy=True)
-        self.forward_passes += len(pairs)
-        flat = np.asarray(flat, dtype=np.float32).reshape(-1)
+        flat = self._predict(pairs, show=bool(self.show_progress) and progress_enabled(self.show_progress))
         out: list[np.ndarray] = []
         start = 0
         for ps in passages:
@@ -93,14 +223,56 @@ class CrossEncoderReranker(Reranker):
             start += len(ps)
         return out
 
+    def pair_lengths(self, pairs: Sequence[tuple[str, str]]) -> list[int]:
+        """Tokens of each (query, passage text) pair as the encoder sees it (truncated at its maximum length).
+
+        Falls back to ``len(query + text) // 4`` (about 4 characters per English token) for a
+        model without a tokenizer.
+        """
+        tok = getattr(self.model, "tokenizer", None)
+        if tok is None or not callable(tok):
+            return [max(1, (len(q) + len(t)) // 4) for q, t in pairs]
+        max_length = _max_pair_length(self.model)
+        enc = tok([q for q, _ in pairs], [t for _, t in pairs], truncation=max_length is not None,
+                  max_length=max_length, padding=False, return_attention_mask=False, return_token_type_ids=False)
+        return [len(ids) for ids in enc["input_ids"]]
+
+    def _predict(self, pairs: list[tuple[str, str]], show: bool) -> np.ndarray:
+        """Raw scores of ``pairs`` (one flat float32 array) from one ``predict`` call."""
+        if not pairs:
+            return np.zeros(0, dtype=np.float32)
+        flat = self.model.predict(pairs, batch_size=self.batch_size, show_progress_bar=show, convert_to_numpy=True)
+        self.forward_passes += len(pairs)
+        return np.asarray(flat, dtype=np.float32).reshape(-1)
+
     def _rank_many(
         self,
         queries: list[Query],
         passages: list[list[Passage]],
         scores: list[list[float] | None],
     ) -> list[RankedList]:
-        per_query = self.score_pairs([q.text for q in queries], passages)
-        return [RankedList.from_scores(ps, s.tolist(), q) for q, ps, s in zip(queries, passages, per_query)]
+        index: dict[tuple[str, str], int] = {}
+        rows: list[list[int]] = []  # per query: the distinct pair of each passage
+        for q, ps in zip(queries, passages):
+            rows.append([index.setdefault((q.text, pair_text(p)), len(index)) for p in ps])
+        pairs = list(index)  # insertion order: pair k is index k
+        lengths = self.pair_lengths(pairs)
+        buckets = length_buckets(lengths, self.batch_size, self.max_batch_tokens, self.forward_cost_tokens)
+        flat = np.zeros(len(pairs), dtype=np.float32)
+        for b in progress(buckets, bool(self.show_progress), desc="cross-encoder batches", unit="batch"):
+            flat[b] = self._predict([pairs[k] for k in b], show=False)
+            self.padded_tokens += len(b) * lengths[b[0]]
+        self.pairs_requested += sum(len(r) for r in rows)
+        self.pairs_scored += len(pairs)
+        self.real_tokens += sum(lengths)
+        return [RankedList.from_scores(ps, flat[r].tolist(), q) for q, ps, r in zip(queries, passages, rows)]
+
+
+def _max_pair_length(model: Any) -> int | None:
+    """The encoder's truncation length (``max_seq_length`` since sentence-transformers 4, else ``max_length``)."""
+    if hasattr(type(model), "max_seq_length"):
+        return model.max_seq_length
+    return getattr(model, "max_length", None)
 
 
 def _load_cross_encoder(name_or_path: str, device: str = "auto", max_length: int | None = None) -> CrossEncoder:

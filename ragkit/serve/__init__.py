@@ -14,11 +14,10 @@ from typing import Any
 
 from ragkit.serve.app import RequestError, create_app
 from ragkit.serve.batcher import MicroBatcher, QueueFullError
-from ragkit.serve.scoring import PairBatchScorer
 from ragkit.serve.settings import ServeSettings
 
-__all__ = ["MicroBatcher", "PairBatchScorer", "QueueFullError", "RequestError", "ServeSettings", "create_app",
-           "fixed_mmap_threshold", "run"]
+__all__ = ["MicroBatcher", "QueueFullError", "RequestError", "ServeSettings", "create_app", "fixed_mmap_threshold",
+           "run"]
 
 logger = logging.getLogger(__name__)
 

@@ -15,10 +15,11 @@ Endpoints
 
 Scores: the reranker's raw score ``s`` is reported as ``sigmoid(s) = 1 / (1 + exp(-s))`` (Cohere's
 ``relevance_score`` lies in [0, 1]; TEI applies the same unless ``raw_scores``); the order is the
-reranker's order either way. Concurrent requests are micro-batched into one call
-(:class:`ragkit.serve.MicroBatcher`): ``rank_many``, or for a pointwise cross-encoder (the
-distilled student) :class:`ragkit.serve.PairBatchScorer`, which scores each distinct pair once in
-length-bucketed encoder batches (the same rankings, less padding).
+reranker's order either way. Concurrent requests are micro-batched into one ``rank_many`` call
+(:class:`ragkit.serve.MicroBatcher`); a cross-encoder reranker (the distilled student) then scores
+each distinct pair of the merged batch once, in length-bucketed encoder batches
+(:class:`ragkit.debias.cross_encoder.CrossEncoderReranker`; ``ServeSettings.max_batch_tokens`` and
+``forward_cost_tokens`` configure it).
 """
 
 from __future__ import annotations
@@ -33,8 +34,8 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
+from ragkit.debias.cross_encoder import CrossEncoderReranker
 from ragkit.serve.batcher import MicroBatcher, QueueFullError
-from ragkit.serve.scoring import PairBatchScorer, is_pointwise
 from ragkit.serve.settings import ServeSettings
 from ragkit.types import Passage, RankedList
 
@@ -139,13 +140,13 @@ class _Metrics:
 
 
 def _rank_fn(reranker: Any, settings: ServeSettings) -> Callable[[list[str], list[list[Passage]]], list[RankedList]]:
-    """The batch function: :class:`PairBatchScorer` for a pointwise cross-encoder, else ``rank_many``."""
+    """The batch function: ``reranker.rank_many``; a cross-encoder gets the settings' length bucketing."""
     if not callable(getattr(reranker, "rank_many", None)):
         raise TypeError(f"{type(reranker).__name__} has no rank_many(queries, passage_lists); "
                         "pass a ragkit.reranking.Reranker")
-    if is_pointwise(reranker):
-        return PairBatchScorer(reranker, max_batch_tokens=settings.max_batch_tokens,
-                               forward_cost_tokens=settings.forward_cost_tokens)
+    if isinstance(reranker, CrossEncoderReranker):
+        reranker.max_batch_tokens = settings.max_batch_tokens
+        reranker.forward_cost_tokens = settings.forward_cost_tokens
 
     def fn(queries: list[str], passages: list[list[Passage]]) -> list[RankedList]:
         return list(reranker.rank_many(queries, passages))
@@ -160,7 +161,9 @@ def create_app(reranker: Any, settings: ServeSettings | None = None) -> Any:
     Parameters
     ----------
     reranker
-        ``MoIReranker``, ``DistilledReranker``, a cross-encoder reranker, ...
+        ``MoIReranker``, ``DistilledReranker``, a cross-encoder reranker, ... A
+        :class:`~ragkit.debias.cross_encoder.CrossEncoderReranker` (the student included) is set
+        to the settings' ``max_batch_tokens`` and ``forward_cost_tokens``.
     settings
         Batching, limits and auth (default :class:`ServeSettings`).
 
@@ -302,9 +305,9 @@ def create_app(reranker: Any, settings: ServeSettings | None = None) -> Any:
         ok = not batcher.crashed
         body = {"status": "ok" if ok else "error", "model": settings.model_name, "queue_depth": batcher.depth,
                 "batches": batcher.batches, "requests": batcher.requests, "settings": settings.public()}
-        if isinstance(rank_fn, PairBatchScorer):
-            body["pairs"] = {"requested": rank_fn.pairs_requested, "scored": rank_fn.pairs_scored,
-                             "real_tokens": rank_fn.real_tokens, "padded_tokens": rank_fn.padded_tokens}
+        if isinstance(reranker, CrossEncoderReranker):
+            body["pairs"] = {"requested": reranker.pairs_requested, "scored": reranker.pairs_scored,
+                             "real_tokens": reranker.real_tokens, "padded_tokens": reranker.padded_tokens}
         return JSONResponse(body, status_code=200 if ok else 503)
 
     async def prometheus(request: Request) -> Response:

@@ -33,12 +33,13 @@ class ServeSettings:
     model_name
         The name reported in responses and ``/health``.
     max_batch_tokens
-        For a pointwise cross-encoder (the student): most padded tokens (rows x longest pair) in
-        one encoder forward of a merged batch (see :class:`ragkit.serve.PairBatchScorer`).
+        For a cross-encoder reranker (the student): most padded tokens (rows x longest pair) in
+        one encoder forward of a merged batch; set on the reranker
+        (:class:`ragkit.debias.cross_encoder.CrossEncoderReranker`).
     forward_cost_tokens
-        For a pointwise cross-encoder: the fixed cost of one encoder forward in tokens, which
-        :class:`ragkit.serve.PairBatchScorer` weighs against padding when it cuts a merged batch
-        into length buckets (``0``: minimise padding only).
+        For a cross-encoder reranker: the fixed cost of one encoder forward in tokens, which the
+        reranker weighs against padding when it cuts a merged batch into length buckets
+        (:func:`ragkit.debias.cross_encoder.length_buckets`; ``0``: minimise padding only).
     """
 
     max_batch_size: int = 32
