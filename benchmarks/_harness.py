@@ -72,6 +72,11 @@ def rel(path: str | os.PathLike[str] | None) -> str | None:
     return str(path)
 
 
+def model_label(name: str) -> str:
+    """A generator's name as recorded in results JSON: a local file or folder via :func:`rel`, a hub id as is."""
+    return str(rel(name)) if os.path.isabs(name) else name
+
+
 def cpu_name() -> str:
     """The CPU model name (``/proc/cpuinfo``) or the platform's processor string."""
     try:

@@ -10,7 +10,11 @@ the fixed budgets on the same questions). Also: sequences per question, seconds 
 the fallback rate (queries kept in the given order by the separation test), and the paired MRR
 difference to the given order with a percentile-bootstrap 95% interval (2000 resamples, seeded).
 
-Used to pick MoI's default design on training questions only (issue 20).
+Used to pick MoI's default design on training questions only (issue 20), and the blend with the
+retriever order: ``--order bm25`` starts from each question's own BM25 order, and every row also
+reports, for each ``β`` of ``--blends``, the MRR of the ranking MoI returns with ``blend=β``
+(``(1 − β) z(u) + β z(prior)``, :func:`ragkit.debias.estimators.blend_with_retriever`, the
+separation-test fallback kept), computed from the stored utilities without running the model again.
 
     nice -n 10 python3 benchmarks/moi_designs.py --limit 10 --out benchmarks/results/moi_designs_train-cpu.json
 """
@@ -25,8 +29,31 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from _harness import ROOT, gpu_epilog, rel, shared_data, write_result
+from _harness import ROOT, gpu_epilog, model_label, rel, shared_data, write_result
 from _stats import paired_ci, rank_metrics
+
+
+def blend_table(row: dict[str, Any], ids: list[list[str]], golds: list[set[str]], k: int, blends: list[float],
+                base_mrr: np.ndarray, blend: Any) -> list[dict[str, Any]]:
+    """MRR@k of MoI's ranking at each blend weight ``β``, from a row's stored utilities and fallbacks.
+
+    As :class:`ragkit.debias.MoI` ranks: a query that fell back keeps the retriever order;
+    otherwise passages sort by ``blend(u, β)`` descending, ties in retriever order. The prior is
+    the retriever's ranks (no scores are passed to MoI in these benchmarks).
+    """
+    out = []
+    for beta in blends:
+        mrr = []
+        for u, fb, pid, g in zip(row["per_question_utilities"], row["per_question_fallback"], ids, golds):
+            if fb:
+                order = list(range(len(pid)))
+            else:
+                v = blend(np.asarray(u, dtype=np.float64), beta)
+                order = sorted(range(len(pid)), key=lambda j: (-float(v[j]), j))
+            mrr.append(rank_metrics([pid[j] for j in order], g, k)[0])
+        arr = np.asarray(mrr)
+        out.append({"beta": beta, "mrr@10": float(arr.mean()), "minus_order": paired_ci(arr, base_mrr)})
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -49,13 +76,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", default="auto", help="auto (CUDA with bf16 when present, else CPU fp32), cpu, cuda")
     ap.add_argument("--batch-size", type=int, default=8, help="sequences per forward pass")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "moi_designs_train-cpu.json"))
+    ap.add_argument("--order", choices=("given", "bm25", "dense"), default="given",
+                    help="the retriever order MoI starts from (bm25/dense: each question's own passages)")
+    ap.add_argument("--orders", default=None, help="JSON of precomputed orders (benchmarks/question_orders.py)")
+    ap.add_argument("--profile", default=None,
+                    help="position-profile JSON (default: the generator's cached profile, else calibrated)")
+    ap.add_argument("--blends", default="0,0.1,0.25,0.5,0.75",
+                    help="retriever-order weights β evaluated from the stored utilities")
     ap.add_argument("--resume", action=argparse.BooleanOptionalAction, default=True,
                     help="keep the (design, outcome) rows already in --out for the same questions")
     args = ap.parse_args(argv)
     args.data = str(args.data or shared_data("hotpotqa", "train.jsonl"))
     logging.basicConfig(level=logging.WARNING)
 
+    from moi_quality import reorder
+
     from ragkit.datasets import load_hotpotqa
+    from ragkit.debias import PositionProfile
+    from ragkit.debias.estimators import blend_with_retriever
     from ragkit.debias.moi import MoI
     from ragkit.debias.outcomes import OUTCOMES
     from ragkit.generation import Generator
@@ -63,7 +101,9 @@ def main(argv: list[str] | None = None) -> int:
     if "dev" in Path(args.data).name:
         raise SystemExit("moi_designs picks a default: run it on training questions (train.jsonl), never dev")
     recs = [r for r in load_hotpotqa(args.data, None) if r.gold_ids and r.answers and len(r.passages) >= args.k]
-    recs = recs[: args.limit]
+    recs = reorder(recs[: args.limit], args.order, args.orders)
+    blends = [float(b) for b in args.blends.split(",") if b.strip()]
+    profile = PositionProfile.load(args.profile) if args.profile else None
     gen = Generator(model=args.model, device=args.device, batch_size=args.batch_size,
                     passage_max_tokens=args.passage_max_tokens, show_progress=False)
     label_free = "full_answer" if "full_answer" in OUTCOMES else "consensus"
@@ -75,22 +115,25 @@ def main(argv: list[str] | None = None) -> int:
     def dump(rows: list[dict[str, Any]]) -> None:
         write_result(args.out, {
             "benchmark": "moi_designs", "data": rel(args.data), "n_questions": len(recs),
-            "question_ids": [r.id for r in recs], "k": args.k, "model": gen.name,
+            "question_ids": [r.id for r in recs], "k": args.k, "model": model_label(gen.name),
             "template": gen.template.name, "passage_max_tokens": args.passage_max_tokens,
-            "label_free_outcome": label_free, "rows": rows,
+            "label_free_outcome": label_free, "order": args.order,
+            "profile": rel(args.profile) if args.profile else "cached or calibrated", "rows": rows,
             "note": "seconds_per_q measured on a shared, loaded 2-core CPU at low priority: compare sequences_per_q",
         })
 
     given = [rank_metrics([p.id for p in pl], g, args.k) for pl, g in zip(ps, golds)]
     given_mrr = np.array([m for m, _ in given])
-    rows: list[dict[str, Any]] = [{"design": "given_order", "outcome": None, "mrr@10": float(given_mrr.mean()),
+    base = f"{args.order}_order"
+    rows: list[dict[str, Any]] = [{"design": base, "outcome": None, "mrr@10": float(given_mrr.mean()),
                                    "recall@2": float(np.mean([r for _, r in given])), "sequences_per_q": 0.0,
                                    "seconds_per_q": 0.0, "fallback_rate": None,
                                    "per_question_mrr": given_mrr.tolist()}]
     done: set[tuple[str, str]] = set()
     if args.resume and Path(args.out).is_file():
         old = json.loads(Path(args.out).read_text())
-        if old.get("question_ids") == [r.id for r in recs] and old.get("passage_max_tokens") == args.passage_max_tokens:
+        if (old.get("question_ids") == [r.id for r in recs] and old.get("passage_max_tokens") == args.passage_max_tokens
+                and old.get("model") in (gen.name, model_label(gen.name)) and old.get("order", "given") == args.order):
             rows = old["rows"]
             done = {(r["design"], r["outcome"]) for r in rows if r["outcome"] is not None}
     print(f"{'design':<12} {'outcome':<12} {'MRR@10':>7} {'R@2':>6} {'seq/q':>6} {'s/q':>7} {'fallb':>6}"
@@ -104,7 +147,8 @@ def main(argv: list[str] | None = None) -> int:
             oc = label_free if outcome == "label_free" else outcome
             if (spec, oc) in done:
                 continue
-            moi = MoI(gen, design=design, budget=budget, outcome=oc, max_new_tokens=args.max_new_tokens)
+            moi = MoI(gen, design=design, budget=budget, outcome=oc, max_new_tokens=args.max_new_tokens,
+                      **({"profile": profile} if profile is not None else {}))
             t0 = time.perf_counter()
             res = moi.run_many(qs, ps, answers_list=answers if oc == "gold" else None, generate_answer=False)
             dt = time.perf_counter() - t0
@@ -120,12 +164,17 @@ def main(argv: list[str] | None = None) -> int:
                    "mrr_minus_given": paired_ci(mrr, given_mrr), "per_question_mrr": mrr.tolist(),
                    "mrr@10_no_fallback": float(mrr_raw.mean()),
                    "no_fallback_minus_given": paired_ci(mrr_raw, given_mrr),
-                   "mean_rounds": float(np.mean([r.rounds for r in res]))}
+                   "mean_rounds": float(np.mean([r.rounds for r in res])),
+                   "per_question_utilities": [[round(float(x), 6) for x in r.raw_utilities] for r in res],
+                   "per_question_fallback": [bool(r.fallback) for r in res]}
+            row["blends"] = blend_table(row, [[p.id for p in pl] for pl in ps], golds, args.k, blends, given_mrr,
+                                        blend_with_retriever)
             rows.append(row)
             d = row["mrr_minus_given"]
             print(f"{spec:<12} {oc:<12} {row['mrr@10']:7.3f} {row['recall@2']:6.3f} {row['sequences_per_q']:6.1f} "
                   f"{row['seconds_per_q']:7.2f} {row['fallback_rate']:6.2f}  {d[0]:+.3f} [{d[1]:+.3f}, {d[2]:+.3f}]"
-                  f"  {row['mrr@10_no_fallback']:.3f}", flush=True)
+                  f"  {row['mrr@10_no_fallback']:.3f}  blend " + " ".join(
+                      f"{b['beta']:g}:{b['mrr@10']:.3f}" for b in row["blends"]), flush=True)
             dump(rows)
     dump(rows)
     print(f"wrote {args.out}")

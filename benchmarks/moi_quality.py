@@ -33,7 +33,7 @@ import time
 from typing import Any
 
 import numpy as np
-from _harness import gpu_epilog, rel, shared_data, write_result
+from _harness import gpu_epilog, model_label, rel, shared_data, write_result
 from _stats import paired_ci, rank_metrics
 
 DEFAULT_METHODS = ("none", "reverse", "both_ends", "random", "voting", "psc_borda", "psc_rrf", "moi", "moi_prior",
@@ -190,7 +190,8 @@ def main(argv: list[str] | None = None) -> int:
 
         old = json.loads(open(args.out, encoding="utf-8").read())
         same = (old.get("data") == rel(args.data) and old.get("order", "given") == args.order
-                and old.get("generator") == gen.name and old.get("passage_tokens") == args.passage_tokens)
+                and old.get("generator") in (gen.name, model_label(gen.name))
+                and old.get("passage_tokens") == args.passage_tokens)
         if same:
             wanted = {r.id for r in records}
             rows = [r for r in old.get("per_question", []) if r["id"] in wanted]
@@ -201,9 +202,9 @@ def main(argv: list[str] | None = None) -> int:
             "benchmark": "moi_quality",
             "data": rel(args.data), "format": fmt, "order": args.order, "offset": args.offset, "limit": args.limit,
             "questions_done": sum(all(m in r["methods"] for m in methods) for r in rows),
-            "generator": gen.name, "template": gen.template.name, "passage_tokens": args.passage_tokens,
+            "generator": model_label(gen.name), "template": gen.template.name, "passage_tokens": args.passage_tokens,
             "k": 10, "max_new_tokens": args.max_new_tokens, "shared_generations": not args.no_share,
-            "profile": profile.to_dict(), "calibration_seconds": calib_s,
+            "profile": {**profile.to_dict(), "model": model_label(profile.model)}, "calibration_seconds": calib_s,
             "machine": {"torch_threads": torch.get_num_threads(), "device": gen.device,
                         "gpu": torch.cuda.get_device_name() if gen.device.startswith("cuda") else None},
             "wall_seconds": time.perf_counter() - t_start, "finished": final,
@@ -242,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[{i + 1}/{len(records)}] {time.perf_counter() - t_start:.0f}s", file=sys.stderr, flush=True)
     result = write(True)
     head = f"{'method':<16}{'MRR@10':>8}{'R@2':>7}{'EM':>7}{'F1':>7}{'calls/q':>9}{'s/q':>8}  dMRR vs none [95% CI]"
-    print(f"{head}   n={result['questions_done']}, order={args.order}, {gen.name}")
+    print(f"{head}   n={result['questions_done']}, order={args.order}, {model_label(gen.name)}")
     for m, s in result["summary"].items():
         d = s.get("mrr@10_minus_none")
         ci = f"  {d[0]:+.3f} [{d[1]:+.3f}, {d[2]:+.3f}]" if d else ""

@@ -13,7 +13,13 @@ are the same columns in every row.
 Many orderings of the same passages (Mixture-of-Intervention, Lee et al., "Inference Scaling for
 Bridging Retrieval and Augmented Generation", NAACL Findings 2025, arXiv 2412.10684) share
 their prompt prefix (instruction + question): :func:`score_orderings` runs that prefix once per
-question and reuses its key/value cache for every ordering. :func:`run_orderings` goes further
+question and reuses its key/value cache for every ordering. Presence interventions share more:
+the prompt without passage ``p`` equals the full prompt up to ``p`` (leave-one-out attribution
+with a shared key/value prefix, AttriBoT: Liu et al., "AttriBoT: A Bag of Tricks for Efficiently
+Approximating Leave-One-Out Context Attribution", ICLR 2025, arXiv 2411.15102). So each query
+caches one *reference* row's prefix (:func:`prefix_plan`) and every row reuses the part it shares
+with that row (its own length ``l_m``, masked beyond), recomputing only the rest: the tokens a
+query costs are ``P + Σ_m (|x_m| - l_m)`` with ``P = max_{m ≠ ref} l_m``. :func:`run_orderings` goes further
 (one prefill per ordering): it generates each ordering's answer from that cache and then scores
 candidate answers as continuations of each ordering's cached prompt, so an ordering's passages are
 never prefilled twice.
@@ -42,7 +48,7 @@ if TYPE_CHECKING:  # pragma: no cover
 logger = logging.getLogger(__name__)
 
 __all__ = ["score", "score_orderings", "run_orderings", "ordering_prompts", "ordering_inputs", "per_query",
-           "common_prefix_len", "cache_ok"]
+           "common_prefix_len", "prefix_plan", "cache_ok"]
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -56,6 +62,41 @@ def common_prefix_len(seqs: Sequence[Sequence[int]]) -> int:
             k += 1
         lcp = k
     return max(lcp, 1) if min(len(s) for s in seqs) > 1 else 0
+
+
+def prefix_plan(seqs: Sequence[Sequence[int]]) -> tuple[int, list[int]]:
+    """Reference row and the prefix length each row reuses from its key/value cache.
+
+    For a reference row ``r``, row ``m`` reuses ``l_m = min(lcp(x_m, x_r), |x_m| - 1, P)`` tokens,
+    where ``P = max_{m ≠ r} min(lcp(x_m, x_r), |x_m| - 1)`` is the length of the cached prefix (the
+    reference row itself reuses ``P``; a single row reuses all but its last token). ``r`` maximises
+    ``Σ_m l_m``, the prompt tokens not recomputed (ties: the first row). Permutations share only
+    the instruction and question, so ``l_m`` is their common prefix (:func:`common_prefix_len`);
+    leave-one-out rows share everything before the passage they drop. Rows of one token reuse 0.
+    """
+    m = len(seqs)
+    lens = np.array([len(s) for s in seqs], dtype=np.int64)
+    if m == 1:
+        return 0, [int(max(lens[0] - 1, 0))]
+    width = int(lens.max())
+    arr = np.full((m, width), -1, dtype=np.int64)
+    for i, s in enumerate(seqs):
+        arr[i, : len(s)] = s
+    best: tuple[int, list[int]] = (0, [0] * m)
+    best_total = -1
+    for r in range(m):
+        same = (arr == arr[r]) & (arr >= 0)
+        lcp = np.where(same.all(axis=1), lens, np.argmin(same, axis=1))
+        own = np.minimum(np.minimum(lcp, lens - 1), lens[r])
+        others = np.delete(own, r)
+        big_p = int(others.max()) if others.size else 0
+        plan = np.minimum(own, big_p)
+        plan[r] = min(big_p, int(lens[r]) - 1)
+        plan = np.maximum(plan, 0)
+        total = int(plan.sum())
+        if total > best_total:
+            best, best_total = (r, [int(x) for x in plan]), total
+    return best
 
 
 def cache_ok(gen: Generator) -> bool:
@@ -253,14 +294,26 @@ def _groups(p_ids: Sequence[Sequence[Sequence[int]]], batch_size: int) -> list[l
     return groups
 
 
+Plan = tuple[int, list[int]]  # (reference row, prefix length reused by each row): prefix_plan()
+
+
 def _prefix_cache(gen: Generator, queries: Sequence[int], p_ids: Sequence[Sequence[Sequence[int]]],
-                  prefix_len: Sequence[int]) -> tuple[list[tuple[torch.Tensor, torch.Tensor]], torch.Tensor]:
-    """Key/value tensors of the queries' shared prefixes (right-padded) and their mask."""
+                  plans: Sequence[Plan]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Key/value tensors of the queries' cached prefixes (each its reference row's, right-padded)."""
     from transformers import DynamicCache
 
-    ids, mask = _layout(gen, [[] for _ in queries], [p_ids[q][0][: prefix_len[q]] for q in queries])
+    ids, mask = _layout(gen, [[] for _ in queries], [p_ids[q][plans[q][0]][: max(plans[q][1])] for q in queries])
     _, cache = forward_logits(gen, ids, mask, _positions(mask), past=DynamicCache(config=gen.model.config), keep=1)
-    return [(layer.keys, layer.values) for layer in cache.layers], mask
+    return [(layer.keys, layer.values) for layer in cache.layers]
+
+
+def _row_mask(gen: Generator, kv: Sequence[tuple[torch.Tensor, torch.Tensor]], reuse: Sequence[int]) -> torch.Tensor:
+    """Mask over the cached columns: row ``i`` sees its first ``reuse[i]`` cached positions."""
+    import torch
+
+    width = kv[0][0].shape[-2]
+    lim = torch.tensor(list(reuse), device=gen.device, dtype=torch.long)
+    return (torch.arange(width, device=gen.device)[None, :] < lim[:, None]).long()
 
 
 def _crop(cache: Any, length: int) -> None:
@@ -302,12 +355,12 @@ def score_orderings(
         p_ids.append(p_flat[off:off + len(ps_)])
         a_ids.append(a_flat[off:off + len(ps_)])
         off += len(ps_)
-    prefix_len = [common_prefix_len(p_ids[q]) for q in range(n)]
+    plans = [prefix_plan(p_ids[q]) for q in range(n)]
     results: list[list[np.ndarray]] = [[np.empty(0)] * len(p_ids[q]) for q in range(n)]
     with torch.inference_mode():
         for g in progress(_groups(p_ids, gen.batch_size), show=gen.show_progress, desc="score orderings",
                           leave=False):
-            _score_group(gen, g, p_ids, a_ids, prefix_len, results)
+            _score_group(gen, g, p_ids, a_ids, plans, results)
     return [ScoreResult.from_token_logprobs(r) for r in results]
 
 
@@ -316,32 +369,33 @@ def _score_group(
     group: Sequence[int],
     p_ids: list[list[list[int]]],
     a_ids: list[list[list[int]]],
-    prefix_len: Sequence[int],
+    plans: Sequence[Plan],
     results: list[list[np.ndarray]],
 ) -> None:
     """Prefix forward once for the group's queries, then suffix + answer for all their orderings."""
     import torch
 
     dev = gen.device
-    with_prefix = [q for q in group if prefix_len[q] > 0]
+    reuse = {(q, m): plans[q][1][m] for q in group for m in range(len(p_ids[q]))}
+    with_prefix = [q for q in group if max(plans[q][1]) > 0]
     local = {q: j for j, q in enumerate(with_prefix)}
     rows = [(q, m) for q in group for m in range(len(p_ids[q]))]
-    # rows without a usable prefix (one-token prompts) are scored without the cache
-    plain = [(q, m) for q, m in rows if prefix_len[q] == 0]
-    cached = [(q, m) for q, m in rows if prefix_len[q] > 0]
+    # rows that reuse nothing (one-token prompts, or nothing shared) are scored without the cache
+    plain = [r for r in rows if reuse[r] == 0]
+    cached = [r for r in rows if reuse[r] > 0]
     if plain:
         res = _score_ids(gen, [p_ids[q][m] for q, m in plain], [a_ids[q][m] for q, m in plain])
         for (q, m), r in zip(plain, res):
             results[q][m] = r
-    if not with_prefix:
+    if not cached:
         return
-    kv, pre_mask = _prefix_cache(gen, with_prefix, p_ids, prefix_len)
+    kv = _prefix_cache(gen, with_prefix, p_ids, plans)
     for b in chunks(len(cached), gen.batch_size):
         sel = [cached[j] for j in b]
         idx = torch.tensor([local[q] for q, _ in sel], device=dev, dtype=torch.long)
-        ids, mask = _layout(gen, [p_ids[q][m][prefix_len[q]:] for q, m in sel], [a_ids[q][m] for q, m in sel])
-        full_mask = torch.cat([pre_mask.index_select(0, idx), mask], dim=1)
-        offs = torch.tensor([prefix_len[q] for q, _ in sel], device=dev, dtype=torch.long)
+        ids, mask = _layout(gen, [p_ids[q][m][reuse[(q, m)]:] for q, m in sel], [a_ids[q][m] for q, m in sel])
+        full_mask = torch.cat([_row_mask(gen, kv, [reuse[r] for r in sel]), mask], dim=1)
+        offs = torch.tensor([reuse[r] for r in sel], device=dev, dtype=torch.long)
         out = _score_rows(gen, ids, full_mask, _positions(mask, offs), [a_ids[q][m] for q, m in sel],
                           past=_chunk_cache(kv, idx))
         for (q, m), r in zip(sel, out):
@@ -384,10 +438,10 @@ def run_orderings(
         raise ValueError(f"max_new_tokens={max_new_tokens} leaves no room in the context window {gen.max_length}")
     p_ids = [[fit_prompt_ids(p, room, f"query {q} ordering {m}", gen.max_length)
               for m, p in enumerate(encode_prompts(gen.tokenizer, ps))] for q, ps in enumerate(prompts)]
-    prefix_len = [common_prefix_len(p) for p in p_ids]
+    plans = [prefix_plan(p) for p in p_ids]
     use_cache = cache_ok(gen)
     runs: list[OrderingRun | None] = [None] * n
-    plain = [q for q in range(n) if not use_cache or prefix_len[q] == 0]
+    plain = [q for q in range(n) if not use_cache or max(plans[q][1]) == 0]
     if plain:
         flat = [prompts[q][m] for q in plain for m in range(len(prompts[q]))]
         outs = gen.generate(flat, max_new_tokens=max_new_tokens, stop=stops)
@@ -404,7 +458,7 @@ def run_orderings(
         for g in progress(_groups([p_ids[q] for q in cached_q], gen.batch_size), show=gen.show_progress,
                           desc="run orderings", leave=False):
             group = [cached_q[j] for j in g]
-            _run_group(gen, group, prompts, p_ids, prefix_len, max_new_tokens, stops, candidates, runs,
+            _run_group(gen, group, prompts, p_ids, plans, max_new_tokens, stops, candidates, runs,
                        lps, fallback)
     for q in plain:
         run = runs[q]
@@ -433,7 +487,7 @@ def _run_group(
     group: Sequence[int],
     prompts: Sequence[Sequence[str]],
     p_ids: Sequence[Sequence[Sequence[int]]],
-    prefix_len: Sequence[int],
+    plans: Sequence[Plan],
     max_new_tokens: int,
     stops: Sequence[str],
     candidates: CandidateFn | None,
@@ -446,16 +500,17 @@ def _run_group(
 
     dev = gen.device
     local = {q: j for j, q in enumerate(group)}
-    kv, pre_mask = _prefix_cache(gen, group, p_ids, prefix_len)
+    kv = _prefix_cache(gen, group, p_ids, plans)
     rows = [(q, m) for q in group for m in range(len(p_ids[q]))]
     states = []
     tokens: dict[tuple[int, int], tuple[list[int], list[float]]] = {}
     for b in chunks(len(rows), gen.batch_size):
         sel = [rows[j] for j in b]
         idx = torch.tensor([local[q] for q, _ in sel], device=dev, dtype=torch.long)
-        ids, mask = _layout(gen, [p_ids[q][m][prefix_len[q]:] for q, m in sel], [[] for _ in sel])
-        full_mask = torch.cat([pre_mask.index_select(0, idx), mask], dim=1)
-        offs = torch.tensor([prefix_len[q] for q, _ in sel], device=dev, dtype=torch.long)
+        reuse = [plans[q][1][m] for q, m in sel]
+        ids, mask = _layout(gen, [p_ids[q][m][r:] for (q, m), r in zip(sel, reuse)], [[] for _ in sel])
+        full_mask = torch.cat([_row_mask(gen, kv, reuse), mask], dim=1)
+        offs = torch.tensor(reuse, device=dev, dtype=torch.long)
         pos = _positions(mask, offs)
         cache = _chunk_cache(kv, idx)
         new, logps = decode_loop(gen, cache, ids, full_mask, pos, max_new_tokens, stops)
