@@ -27,6 +27,11 @@ to float error).
   label-free outcome of leave-one-out context attribution (AttriBoT, Liu et al. 2024,
   arXiv 2411.15102) and ContextCite (Cohen-Wang et al. 2024, arXiv 2409.00729), which attribute
   the model's own response to the context.
+- ``question`` (label-free, needs no answer): the question's mean log-prob after the passages of
+  each intervention, in a prompt that asks for the question the passages answer
+  (:class:`ragkit.generation.QuestionPromptTemplate`; query likelihood, UPR: Sachan et al.,
+  EMNLP 2022, arXiv 2204.07496). It does not depend on the generator answering correctly, and a
+  design of ``M`` interventions costs ``M`` sequences (no generation).
 
 ``generator_calls`` counts the sequences sent through the model (one per generated answer, one
 per scored (ordering, answer) pair).
@@ -56,13 +61,14 @@ __all__ = [
     "consensus_outcomes",
     "confidence_outcomes",
     "full_answer_outcomes",
+    "question_outcomes",
     "compute_outcomes",
     "reusable_answer",
 ]
 
 logger = logging.getLogger(__name__)
 
-OUTCOMES = ("consensus", "gold", "confidence", "full_answer")
+OUTCOMES = ("consensus", "gold", "confidence", "full_answer", "question")
 
 OutcomeFn = Callable[..., list["OutcomeResult"]]
 
@@ -365,6 +371,33 @@ def full_answer_outcomes(
     return out
 
 
+def question_outcomes(
+    generator: GeneratorLike,
+    questions: Sequence[str],
+    passages: Sequence[Sequence[Passage]],
+    orderings: Sequence[Sequence[Sequence[int]]],
+    answers: Sequence[Sequence[str]] | None = None,
+    **kwargs: Any,
+) -> list[OutcomeResult]:
+    """``question``: ``(1/|q|) log p(q | passages of intervention m)`` for every intervention ``m``.
+
+    The generator is used with :func:`ragkit.generation.question_template` of its own template
+    (same model, tokenizer and passage fitting; the question is the scored continuation), through
+    :meth:`Generator.score_orderings` (shared prefix, one batched call): ``M`` sequences per query.
+    ``answers`` and the generation settings in ``kwargs`` are accepted for a uniform signature.
+    """
+    import copy
+
+    from ragkit.generation.prompts import question_template
+
+    del answers, kwargs
+    qgen = copy.copy(generator)
+    qgen.template = question_template(generator.template)  # type: ignore[misc]
+    res = qgen.score_orderings(list(questions), [list(p) for p in passages], orderings, list(questions))
+    return [OutcomeResult(values=np.asarray(r.mean, dtype=np.float64), answers=[], target=None,
+                          generator_calls=len(o)) for r, o in zip(res, orderings)]
+
+
 def compute_outcomes(
     kind: str | OutcomeFn,
     generator: GeneratorLike,
@@ -393,4 +426,6 @@ def compute_outcomes(
     if kind == "full_answer":
         kwargs.pop("max_tied", None)
         return full_answer_outcomes(generator, questions, passages, orderings, answers, **kwargs)
+    if kind == "question":
+        return question_outcomes(generator, questions, passages, orderings, answers, **kwargs)
     raise ValueError(f"unknown outcome {kind!r}; choose one of {OUTCOMES} or pass a callable")

@@ -23,6 +23,8 @@ spec                      reranker
 ``moi_ablate``            MoI, 2k random keep-masks + Lasso surrogate (ContextCite), ``full_answer``
 ``moi_mixed``             MoI, random keep-masks in random orders (presence and slot), ``full_answer``
 ``moi_loo_gold``          MoI, leave-one-out, ``gold`` outcome (labels; an oracle)
+``moi_loo_q``             MoI, leave-one-out, ``question`` outcome (query likelihood; k + 1 sequences)
+``moi_ablate_q``          MoI, 2k random keep-masks, ``question`` outcome
 ``student:PATH``          :class:`~ragkit.debias.student.DistilledReranker` saved by ``ragkit distill``
 ``cross-encoder:NAME``    :class:`~ragkit.debias.cross_encoder.CrossEncoderReranker` (folder or hub id)
 ========================  ==========================================================================
@@ -38,7 +40,7 @@ name                      what it does
 ``random``                a random permutation (seeded) as ranking and prompt order (chance level)
 ``voting``                greedy answer per cyclic rotation, majority answer; ranking = retriever's
 ``psc_borda``/``psc_rrf`` permutation self-consistency over the cyclic rotations; ranking = PSC's
-``moi``...``moi_loo_gold`` the MoI reranker of the same name, bias-aware placement, one answer
+``moi``...``moi_ablate_q`` the MoI reranker of the same name, bias-aware placement, one answer
 ``student:PATH``          the distilled student's ranking, ranking order, one answer
 ``cross-encoder:NAME``    a cross-encoder's ranking, ranking order, one answer
 ========================  ==========================================================================
@@ -90,6 +92,8 @@ _MOI_RERANKERS: dict[str, dict[str, Any]] = {
     "moi_ablate": {"design": "ablate", "outcome": "full_answer"},
     "moi_mixed": {"design": "mixed", "outcome": "full_answer"},
     "moi_loo_gold": {"design": "loo", "outcome": "gold"},
+    "moi_loo_q": {"design": "loo", "outcome": "question"},
+    "moi_ablate_q": {"design": "ablate", "outcome": "question"},
 }
 RERANKER_NAMES: tuple[str, ...] = ("none", "random", *_MOI_RERANKERS)
 """Fixed reranker specs; ``student:PATH`` and ``cross-encoder:NAME`` take an argument."""

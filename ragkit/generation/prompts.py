@@ -43,7 +43,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["PromptTemplate", "TEMPLATES", "get_template"]
+__all__ = ["PromptTemplate", "QuestionPromptTemplate", "TEMPLATES", "get_template", "question_template"]
 
 _SHORT_INSTRUCTION = (
     "Answer the question using the passages. Reply with a short answer only "
@@ -58,6 +58,8 @@ _SHORT_EXAMPLE = (
     "Answer: Paris"
 )
 _PLAIN_INSTRUCTION = "Answer the question using the passages."
+_QUESTION_INSTRUCTION = "Read the passages, then write the question that they answer."
+_QUESTION_REQUEST = "Write the question that these passages answer."
 _CHAT_SENTINEL = "\u2063RAGKIT_PASSAGES\u2063"
 
 
@@ -172,6 +174,50 @@ class PromptTemplate:
         """The full prompt (``prefix + suffix``); it ends exactly where the answer begins."""
         prefix, suffix = self.split(question, passages, tokenizer, texts)
         return prefix + suffix
+
+
+@dataclass(frozen=True)
+class QuestionPromptTemplate(PromptTemplate):
+    """The passages first, then a cue whose continuation is the *question* (query likelihood).
+
+    ``split(question, passages)`` ignores ``question``: the prompt is
+    ``<instruction> Passages: [1] ... [k] ... Question:`` (or one chat user turn asking for the
+    question, with the assistant turn start as the cue), and the text scored after it is the
+    question. ``log p(question | passages)`` ranks passages without any answer (UPR: Sachan et al.,
+    "Improving Passage Retrieval with Zero-Shot Question Generation", EMNLP 2022, arXiv
+    2204.07496); as a Mixture-of-Intervention outcome it measures how much the passages present
+    in an intervention explain the question. The prefix (instruction) is the same for every
+    intervention, and a prompt without passage ``p`` equals the full prompt up to ``p``.
+    """
+
+    answer_cue: str = "Question:"
+
+    def split(
+        self,
+        question: str,
+        passages: Sequence[Passage],
+        tokenizer: PreTrainedTokenizerBase | None = None,
+        texts: Sequence[str] | None = None,
+    ) -> tuple[str, str]:
+        """``(prefix, suffix)`` of the question-likelihood prompt (``question`` is not part of it)."""
+        block = self.passage_block(passages, texts)
+        head = f"{self.instruction.strip()}\n\nPassages:\n"
+        if self.use_chat_template and tokenizer is not None and getattr(tokenizer, "chat_template", None):
+            rendered: Any = tokenizer.apply_chat_template(
+                [{"role": "user", "content": head + _CHAT_SENTINEL + "\n\n" + _QUESTION_REQUEST}],
+                tokenize=False, add_generation_prompt=True)
+            if not isinstance(rendered, str) or rendered.count(_CHAT_SENTINEL) != 1:
+                raise ValueError("the tokenizer's chat template did not keep the passage block intact")
+            prefix, rest = rendered.split(_CHAT_SENTINEL)
+            return prefix, block + rest
+        return head, f"{block}\n\n{self.answer_cue}"
+
+
+def question_template(base: PromptTemplate) -> QuestionPromptTemplate:
+    """The question-likelihood layout matching ``base`` (chat when ``base`` uses a chat template)."""
+    return QuestionPromptTemplate(name=f"{base.name}-question", instruction=_QUESTION_INSTRUCTION,
+                                  use_chat_template=base.use_chat_template, passage_format=base.passage_format,
+                                  untitled_format=base.untitled_format, stop=base.stop)
 
 
 SHORT = PromptTemplate(name="short", instruction=_SHORT_INSTRUCTION, example=_SHORT_EXAMPLE)

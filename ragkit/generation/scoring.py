@@ -33,8 +33,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ragkit.batching import length_buckets
 from ragkit.generation.base import CandidateFn, OrderingRun, ScoreResult
-from ragkit.generation.decoding import chunks, decode_loop, finish_text, forward_logits
+from ragkit.generation.decoding import decode_loop, finish_text, forward_logits
 from ragkit.generation.fitting import answer_text, encode_answers, encode_prompts, fit_passages, fit_prompt_ids
 from ragkit.io import progress
 from ragkit.types import Passage, as_passages
@@ -46,6 +47,10 @@ if TYPE_CHECKING:  # pragma: no cover
     from ragkit.generation.remote import RemoteGenerator
 
 logger = logging.getLogger(__name__)
+
+#: The fixed cost of one forward, in token-equivalents, traded against padding when rows are cut
+#: into length buckets (:func:`ragkit.batching.length_buckets`); a decoding batch pays it per step.
+FORWARD_COST_TOKENS = 32
 
 __all__ = ["score", "score_orderings", "run_orderings", "ordering_prompts", "ordering_inputs", "per_query",
            "common_prefix_len", "prefix_plan", "cache_ok"]
@@ -193,12 +198,11 @@ def _score_ids(gen: Generator, p_ids: Sequence[Sequence[int]], a_ids: Sequence[S
                desc: str = "score") -> list[np.ndarray]:
     import torch
 
-    order = sorted(range(len(p_ids)), key=lambda i: -(len(p_ids[i]) + len(a_ids[i])))
     result: list[np.ndarray] = [np.empty(0)] * len(p_ids)
-    batches = list(chunks(len(order), gen.batch_size))
+    batches = length_buckets([len(p) + len(a) for p, a in zip(p_ids, a_ids)], gen.batch_size,
+                             forward_cost_tokens=FORWARD_COST_TOKENS)
     with torch.inference_mode():
-        for b in progress(batches, show=gen.show_progress, desc=desc, leave=False):
-            idx = [order[j] for j in b]
+        for idx in progress(batches, show=gen.show_progress, desc=desc, leave=False):
             ids, mask = _layout(gen, [p_ids[i] for i in idx], [a_ids[i] for i in idx])
             rows = _score_rows(gen, ids, mask, _positions(mask), [a_ids[i] for i in idx])
             for i, r in zip(idx, rows):
@@ -307,13 +311,18 @@ def _prefix_cache(gen: Generator, queries: Sequence[int], p_ids: Sequence[Sequen
     return [(layer.keys, layer.values) for layer in cache.layers]
 
 
-def _row_mask(gen: Generator, kv: Sequence[tuple[torch.Tensor, torch.Tensor]], reuse: Sequence[int]) -> torch.Tensor:
-    """Mask over the cached columns: row ``i`` sees its first ``reuse[i]`` cached positions."""
+def _row_cache(gen: Generator, kv: Sequence[tuple[torch.Tensor, torch.Tensor]], idx: torch.Tensor,
+               reuse: Sequence[int]) -> tuple[Any, torch.Tensor]:
+    """A batch's cache: its queries' prefixes cut to the longest reuse of the batch, and the mask
+    over those columns (row ``i`` sees its first ``reuse[i]`` cached positions)."""
     import torch
+    from transformers import DynamicCache
 
-    width = kv[0][0].shape[-2]
+    width = max(1, max(reuse))
+    cache = DynamicCache(ddp_cache_data=[(k.index_select(0, idx)[:, :, :width], v.index_select(0, idx)[:, :, :width])
+                                         for k, v in kv])
     lim = torch.tensor(list(reuse), device=gen.device, dtype=torch.long)
-    return (torch.arange(width, device=gen.device)[None, :] < lim[:, None]).long()
+    return cache, (torch.arange(width, device=gen.device)[None, :] < lim[:, None]).long()
 
 
 def _crop(cache: Any, length: int) -> None:
@@ -321,12 +330,6 @@ def _crop(cache: Any, length: int) -> None:
     extra = cache.get_seq_length() - length
     if extra > 0:
         cache.crop(-extra)
-
-
-def _chunk_cache(kv: Sequence[tuple[torch.Tensor, torch.Tensor]], idx: torch.Tensor) -> Any:
-    from transformers import DynamicCache
-
-    return DynamicCache(ddp_cache_data=[(k.index_select(0, idx), v.index_select(0, idx)) for k, v in kv])
 
 
 def score_orderings(
@@ -390,14 +393,17 @@ def _score_group(
     if not cached:
         return
     kv = _prefix_cache(gen, with_prefix, p_ids, plans)
-    for b in chunks(len(cached), gen.batch_size):
+    # rows cut into length buckets by what they still compute (suffix + answer), so that a row
+    # reusing most of the prompt is not padded to one that reuses little
+    work = [len(p_ids[q][m]) - reuse[(q, m)] + len(a_ids[q][m]) for q, m in cached]
+    for b in length_buckets(work, gen.batch_size, forward_cost_tokens=FORWARD_COST_TOKENS):
         sel = [cached[j] for j in b]
         idx = torch.tensor([local[q] for q, _ in sel], device=dev, dtype=torch.long)
         ids, mask = _layout(gen, [p_ids[q][m][reuse[(q, m)]:] for q, m in sel], [a_ids[q][m] for q, m in sel])
-        full_mask = torch.cat([_row_mask(gen, kv, [reuse[r] for r in sel]), mask], dim=1)
+        cache, pre_mask = _row_cache(gen, kv, idx, [reuse[r] for r in sel])
+        full_mask = torch.cat([pre_mask, mask], dim=1)
         offs = torch.tensor([reuse[r] for r in sel], device=dev, dtype=torch.long)
-        out = _score_rows(gen, ids, full_mask, _positions(mask, offs), [a_ids[q][m] for q, m in sel],
-                          past=_chunk_cache(kv, idx))
+        out = _score_rows(gen, ids, full_mask, _positions(mask, offs), [a_ids[q][m] for q, m in sel], past=cache)
         for (q, m), r in zip(sel, out):
             results[q][m] = r
 
@@ -504,15 +510,16 @@ def _run_group(
     rows = [(q, m) for q in group for m in range(len(p_ids[q]))]
     states = []
     tokens: dict[tuple[int, int], tuple[list[int], list[float]]] = {}
-    for b in chunks(len(rows), gen.batch_size):
+    work = [len(p_ids[q][m]) - plans[q][1][m] for q, m in rows]
+    for b in length_buckets(work, gen.batch_size, forward_cost_tokens=FORWARD_COST_TOKENS * (1 + max_new_tokens)):
         sel = [rows[j] for j in b]
         idx = torch.tensor([local[q] for q, _ in sel], device=dev, dtype=torch.long)
         reuse = [plans[q][1][m] for q, m in sel]
         ids, mask = _layout(gen, [p_ids[q][m][r:] for (q, m), r in zip(sel, reuse)], [[] for _ in sel])
-        full_mask = torch.cat([_row_mask(gen, kv, reuse), mask], dim=1)
+        cache, pre_mask = _row_cache(gen, kv, idx, reuse)
+        full_mask = torch.cat([pre_mask, mask], dim=1)
         offs = torch.tensor(reuse, device=dev, dtype=torch.long)
         pos = _positions(mask, offs)
-        cache = _chunk_cache(kv, idx)
         new, logps = decode_loop(gen, cache, ids, full_mask, pos, max_new_tokens, stops)
         for (q, m), t, lp in zip(sel, new, logps):
             tokens[(q, m)] = (t, lp)
