@@ -13,7 +13,10 @@ spec                      reranker
 ========================  ==========================================================================
 ``none``                  :class:`~ragkit.debias.baselines.IdentityReranker` (retriever order)
 ``random``                :class:`~ragkit.debias.baselines.RandomReranker` (chance level, seeded)
-``moi``                   :class:`~ragkit.debias.reranker.MoIReranker`, cyclic design, ``consensus``
+``moi``                   :class:`~ragkit.debias.reranker.MoIReranker` with its default: leave-one-out
+                          presence design, ``question`` outcome (query likelihood; k + 1 sequences),
+                          chosen on HotpotQA train (issue 20; :mod:`ragkit.debias.moi`)
+``moi_cyclic``            MoI, cyclic design (M = k), ``consensus`` (the default before issue 20)
 ``moi_prior``             MoI, prior design (M = 3), ``consensus``
 ``moi_random``            MoI, random design (M = k), ``consensus``
 ``moi_confidence``        MoI, cyclic design, ``confidence`` outcome
@@ -23,7 +26,7 @@ spec                      reranker
 ``moi_ablate``            MoI, 2k random keep-masks + Lasso surrogate (ContextCite), ``full_answer``
 ``moi_mixed``             MoI, random keep-masks in random orders (presence and slot), ``full_answer``
 ``moi_loo_gold``          MoI, leave-one-out, ``gold`` outcome (labels; an oracle)
-``moi_loo_q``             MoI, leave-one-out, ``question`` outcome (query likelihood; k + 1 sequences)
+``moi_loo_q``             MoI, leave-one-out, ``question`` outcome (the same as ``moi``)
 ``moi_ablate_q``          MoI, 2k random keep-masks, ``question`` outcome
 ``student:PATH``          :class:`~ragkit.debias.student.DistilledReranker` saved by ``ragkit distill``
 ``cross-encoder:NAME``    :class:`~ragkit.debias.cross_encoder.CrossEncoderReranker` (folder or hub id)
@@ -75,6 +78,7 @@ __all__ = [
     "available_rerankers",
     "get_method",
     "get_reranker",
+    "moi_settings",
     "parse_reranker",
     "resolve_method",
 ]
@@ -82,7 +86,8 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 _MOI_RERANKERS: dict[str, dict[str, Any]] = {
-    "moi": {"design": "cyclic", "outcome": "consensus"},
+    "moi": {"design": "loo", "outcome": "question"},
+    "moi_cyclic": {"design": "cyclic", "outcome": "consensus"},
     "moi_prior": {"design": "prior", "budget": 3, "outcome": "consensus"},
     "moi_random": {"design": "random", "outcome": "consensus"},
     "moi_confidence": {"design": "cyclic", "outcome": "confidence"},
@@ -142,6 +147,14 @@ def available_methods() -> list[str]:
     return [*METHOD_NAMES, *_PATTERNS]
 
 
+def moi_settings(name: str) -> dict[str, Any]:
+    """The :class:`~ragkit.debias.MoIReranker` settings of an MoI preset (a copy; ``{}`` for other names).
+
+    ``moi_settings("moi")`` -> ``{"design": "loo", "outcome": "question"}``.
+    """
+    return dict(_MOI_RERANKERS.get(name, {}))
+
+
 def parse_reranker(spec: str) -> tuple[str, str | None]:
     """Check a reranker spec without loading anything: ``(kind, argument)``.
 
@@ -188,8 +201,9 @@ def get_reranker(spec: str | Reranker, generator: GeneratorLike | None = None, *
     Parameters
     ----------
     spec
-        ``"none"``, ``"random"``, ``"moi"``, ``"moi_prior"``, ``"moi_random"``, ``"moi_confidence"``,
-        ``"moi_gold"``, ``"student:PATH"`` or ``"cross-encoder:NAME"``.
+        ``"none"``, ``"random"``, ``"moi"`` (leave-one-out, ``question`` outcome), ``"moi_cyclic"``,
+        ``"moi_prior"``, any other ``moi_*`` name of the module table, ``"student:PATH"`` or
+        ``"cross-encoder:NAME"``.
     generator
         The generator MoI rerankers run on (ignored by the others).
     **kwargs

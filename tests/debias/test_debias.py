@@ -165,7 +165,7 @@ def test_moi_noisy_oracle_and_batching() -> None:
         return [oracle(a, us[int(q)], noise=1e-5, seed=int(q))(None, [q], [p], [o], None)[0]
                 for q, p, o in zip(questions, ps, orderings)]
 
-    moi = MoI(None, outcome=fn, profile=PositionProfile(a), lam=1e-6, fallback=False)
+    moi = MoI(None, design="cyclic", outcome=fn, profile=PositionProfile(a), lam=1e-6, fallback=False)
     res = moi.run_many(["0", "1", "2"], [passages(k)] * 3, generate_answer=False)
     for r, u in zip(res, us):
         assert r.ranking.ids()[0] == f"p{int(np.argmax(u))}"

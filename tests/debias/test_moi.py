@@ -48,7 +48,7 @@ def test_vote_and_support() -> None:
 # ------------------------------------------------------------------ tiny LM end to end
 def test_moi_reranker_permutation(gen) -> None:
     ps = _passages(5)
-    rr = MoIReranker(gen, generate_answer=True, max_new_tokens=3)
+    rr = MoIReranker(gen, design="cyclic", outcome="consensus", generate_answer=True, max_new_tokens=3)
     ranked = rr.rank("Which word is number 3?", ps, scores=[5, 4, 3, 2, 1])
     assert sorted(ranked.ids()) == sorted(p.id for p in ps)
     res = rr.last_results[0]
@@ -172,8 +172,8 @@ def test_moi_on_embedded_smollm2() -> None:
 
     gen = Generator(passage_max_tokens=40, show_progress=False)
     recs = sample_records(2)
-    res = MoI(gen, design="prior", budget=3).run_many([r.question for r in recs],
-                                                     [list(r.passages) for r in recs])
+    res = MoI(gen, design="prior", budget=3, outcome="consensus").run_many([r.question for r in recs],
+                                                                           [list(r.passages) for r in recs])
     for r, rec in zip(res, recs):
         assert sorted(r.ranking.ids()) == sorted(p.id for p in rec.passages)
         assert isinstance(r.answer, str)  # a 135M model may answer with an empty string

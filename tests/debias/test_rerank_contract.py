@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from ragkit.datasets import sample_records
-from ragkit.debias import PositionProfile
+from ragkit.debias import MoI, MoIReranker, PositionProfile
 from ragkit.debias.baselines import IdentityReranker, RandomReranker
 from ragkit.debias.placement import place
 from ragkit.debias.presets import METHOD_NAMES, available_methods, get_method, get_reranker, resolve_method
@@ -129,9 +129,28 @@ def test_factory_errors_name_the_fix(gen, student_dir: Path, tmp_path: Path) -> 
     assert get_reranker("moi_gold", gen).needs_answers and not get_reranker("moi", gen).needs_answers
 
 
+def test_default_moi_is_loo_question_and_cyclic_stays_by_name(gen) -> None:
+    """Issue 20: the label-free default chosen on train is leave-one-out + question likelihood."""
+    for moi in (MoI(gen), MoIReranker(gen).moi, get_reranker("moi", gen).moi):
+        assert (moi.design, moi.outcome) == ("loo", "question")
+    old = get_reranker("moi_cyclic", gen).moi
+    assert (old.design, old.outcome) == ("cyclic", "consensus")
+    assert get_reranker("moi_cyclic", gen, budget=2).moi.budget == 2  # settings still override the preset
+    # the default runs k + 1 interventions (full prompt + each passage left out), no generation before
+    # the final answer
+    rr = get_reranker("moi", gen, max_new_tokens=2)
+    rr.rank("Which word is number 1?", _ps(3))
+    (res,) = rr.last_results
+    assert sorted(map(sorted, res.orderings)) == sorted([[0, 1, 2], [0, 1], [0, 2], [1, 2]])
+    assert res.ordering_answers == [] and res.generator_calls == 4
+    rr = get_reranker("moi_cyclic", gen, max_new_tokens=2)
+    rr.rank("Which word is number 1?", _ps(3))
+    assert sorted(map(tuple, rr.last_results[0].orderings)) == [(0, 1, 2), (1, 2, 0), (2, 0, 1)]
+
+
 def test_registry_names_and_validation() -> None:
     assert set(METHOD_NAMES) == {"none", "reverse", "both_ends", "random", "voting", "psc_borda", "psc_rrf",
-                                 "moi", "moi_prior", "moi_random", "moi_confidence", "moi_gold",
+                                 "moi", "moi_cyclic", "moi_prior", "moi_random", "moi_confidence", "moi_gold",
                                  "moi_auto", "moi_loo", "moi_ablate", "moi_mixed", "moi_loo_gold",
                                  "moi_loo_q", "moi_ablate_q"}
     assert available_methods()[-2:] == ["student:PATH", "cross-encoder:NAME"]
