@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from ragkit.cli._common import add_k_arg, add_model_args, add_output_args, emit
-from ragkit.cli.rerank import add_moi_args, profile_from_args
+from ragkit.cli.rerank import add_moi_args, moi_kwargs_from_args, profile_from_args
 
 __all__ = ["register"]
 
@@ -18,8 +18,8 @@ def _ask(args: argparse.Namespace) -> int:
         raise ValueError("the question is empty; write it in quotes: ragkit ask \"Who wrote Hamlet?\"")
     moi_kwargs: dict[str, Any] = {}
     if not args.no_moi:
-        moi_kwargs = {"design": args.design, "budget": args.budget, "outcome": args.outcome,
-                      "profile": profile_from_args(args), "calibrate_profile": args.calibrate_profile}
+        moi_kwargs = {**moi_kwargs_from_args(args), "profile": profile_from_args(args),
+                      "calibrate_profile": args.calibrate_profile}
     rag = RAGPipeline.default(index=args.index, model=args.model, use_moi=not args.no_moi, k=args.k,
                               device=args.device, passage_max_tokens=args.passage_max_tokens, **moi_kwargs)
     res = rag.ask(args.question)

@@ -7,22 +7,29 @@ from typing import Any
 
 from ragkit.cli._common import add_data_args, add_k_arg, add_model_args, add_output_args, emit, positive_int
 
-__all__ = ["register", "add_moi_args", "generator_from_args", "profile_from_args"]
+__all__ = ["register", "add_moi_args", "moi_kwargs_from_args", "generator_from_args", "profile_from_args"]
 
 
 def add_moi_args(p: argparse.ArgumentParser) -> None:
-    """MoI settings shared by ``rerank`` and ``ask``."""
+    """MoI settings shared by ``rerank`` and ``ask``.
+
+    ``--design``, ``--budget`` and ``--outcome`` default to ``None``: the MoI preset (``rerank
+    --reranker``) or :class:`ragkit.debias.MoIReranker` (``ask``) then decides, so the default is
+    stated in one place (leave-one-out with the ``question`` outcome, chosen on HotpotQA train).
+    """
     g = p.add_argument_group("MoI")
-    g.add_argument("--design", choices=("cyclic", "prior", "random", "loo", "ablate", "mixed"), default="cyclic",
-                   help="interventions to run: cyclic = k rotations (default), prior = M<k around the given order, "
-                        "random; presence designs loo = leave one out, ablate = random subsets, mixed = random "
-                        "subsets in random orders")
+    g.add_argument("--design", choices=("loo", "ablate", "mixed", "cyclic", "prior", "random"), default=None,
+                   help="interventions to run (default: the preset's; for moi: loo). Presence designs: loo = the "
+                        "full prompt and each passage left out (k + 1 prompts), ablate = random subsets, mixed = "
+                        "random subsets in random orders; permutations: cyclic = k rotations, prior = M<k "
+                        "around the given order, random")
     g.add_argument("--budget", type=_budget, default=None,
-                   help="number of interventions M (default: k; prior 3; ablate 2k; mixed 3k) or 'auto' "
-                        "(rounds until the top of the ranking is stable)")
-    g.add_argument("--outcome", choices=("consensus", "confidence", "full_answer"), default="consensus",
-                   help="label-free outcome per intervention (default: consensus; full_answer: the full prompt's "
-                        "answer scored under each intervention)")
+                   help="number of interventions M (default: loo k + 1, fixed; cyclic/random k; prior 3; ablate "
+                        "2k; mixed 3k) or 'auto' (rounds until the top of the ranking is stable)")
+    g.add_argument("--outcome", choices=("question", "consensus", "confidence", "full_answer"), default=None,
+                   help="label-free outcome per intervention (default: the preset's; for moi: question, the "
+                        "question's likelihood after the passages; consensus: the majority answer's; "
+                        "full_answer: the full prompt's answer scored under each intervention)")
     g.add_argument("--profile", default=None,
                    help="position-bias profile JSON (default: the model's cached profile from `ragkit bias-profile`; "
                         "the embedded SmolLM2's measured one; else flat, with a warning)")
@@ -33,6 +40,20 @@ def add_moi_args(p: argparse.ArgumentParser) -> None:
 def _budget(s: str) -> int | str:
     """``--budget``: a positive integer or ``auto``."""
     return "auto" if s == "auto" else positive_int(s)
+
+
+def moi_kwargs_from_args(args: argparse.Namespace, preset: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The MoI settings given on the command line (unset ones are left to the preset / MoI defaults).
+
+    Checked before any model loads: the ``loo`` design (the default) has a fixed size, so an
+    integer ``--budget`` with it is an error naming the fix.
+    """
+    kw = {name: getattr(args, name) for name in ("design", "budget", "outcome") if getattr(args, name) is not None}
+    design = kw.get("design", (preset or {}).get("design", "loo"))
+    if design == "loo" and isinstance(kw.get("budget"), int):
+        raise ValueError(f"--budget {kw['budget']}: the loo design (the default) always runs k + 1 interventions; "
+                         "leave --budget out, or pick --design ablate (random subsets) for another number")
+    return kw
 
 
 def generator_from_args(args: argparse.Namespace) -> Any:
@@ -93,12 +114,15 @@ def _rerank(args: argparse.Namespace) -> int:
             scores.append(float(v))
     result: dict[str, Any] = {"query": args.query, "reranker": args.reranker or "moi"}
     if kind.startswith("moi"):
-        rr = get_reranker(spec, generator_from_args(args), design=args.design, budget=args.budget,
-                          outcome=args.outcome, profile=profile_from_args(args),
-                          calibrate_profile=args.calibrate_profile)
+        from ragkit.debias.presets import moi_settings
+
+        moi_kw = moi_kwargs_from_args(args, moi_settings(kind))
+        rr = get_reranker(spec, generator_from_args(args), profile=profile_from_args(args),
+                          calibrate_profile=args.calibrate_profile, **moi_kw)
         ranked = rr.rank(args.query, passages, scores)
         res = rr.last_results[0]
-        result.update({"reranker": "moi", "design": args.design, "outcome": args.outcome,
+        moi = rr.moi  # type: ignore[attr-defined]
+        result.update({"reranker": kind, "design": moi.design, "outcome": moi.outcome,
                        "orderings": res.orderings, "generator_calls": res.generator_calls,
                        "consensus_answer": res.target})
     else:
@@ -133,8 +157,9 @@ def register(subparsers: Any) -> None:
     """Add ``rerank`` and ``bias-profile``."""
     p = subparsers.add_parser(
         "rerank", help="rerank passages with Mixture-of-Intervention, a distilled student or a cross-encoder",
-        description="Rerank the passages of one query. --reranker: moi (default), moi_prior, moi_confidence, "
-                    "student:DIR (ragkit distill), cross-encoder:NAME, none, random.")
+        description="Rerank the passages of one query. --reranker: moi (default: leave-one-out, question "
+                    "likelihood), moi_cyclic, moi_prior, moi_confidence, ..., student:DIR (ragkit distill), "
+                    "cross-encoder:NAME, none, random.")
     p.add_argument("--query", required=True)
     p.add_argument("--passages", required=True, help='JSONL: {"id", "text", "title"?, "score"?} per line')
     p.add_argument("--reranker", default=None,

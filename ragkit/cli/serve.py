@@ -71,8 +71,9 @@ def register(subparsers: Any) -> None:
         description="Serve a ragkit reranker over HTTP with Cohere- and TEI-compatible rerank endpoints; "
                     "concurrent requests are micro-batched. Needs `pip install 'ragkit[serve]'`.")
     p.add_argument("--reranker", default="moi",
-                   help="moi (MoI over --model), student:DIR (a distilled student) or cross-encoder:NAME "
-                        "(default: moi)")
+                   help="moi (MoI over --model: leave-one-out with the question's likelihood, k + 1 sequences "
+                        "per request), another MoI preset (moi_cyclic, moi_prior, ...), student:DIR (a distilled "
+                        "student) or cross-encoder:NAME (default: moi)")
     p.add_argument("--model", default=None,
                    help="generator for moi: local model / hub id / .gguf, or an OpenAI-compatible server URL "
                         "http://HOST:PORT/v1 (default: embedded SmolLM2-135M-Instruct)")
