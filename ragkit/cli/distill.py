@@ -2,7 +2,7 @@
 
 Usage::
 
-    # 1. label training questions with MoI (gold outcome, cyclic design); resumable
+    # 1. label training questions with MoI (gold outcome, leave-one-out design); resumable
     ragkit distill labels --data-file ../shared/data/hotpotqa/train.jsonl --out labels.jsonl --limit 80
     # 2. train the student cross-encoder (embedded MiniLM by default)
     ragkit distill --labels labels.jsonl --out students/minilm-moi --loss ranknet --epochs 2
@@ -57,7 +57,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     lab = dsub.add_parser("labels", help="label training questions with MoI (gold outcome); resumable")
     add_data_args(lab, required=True)
     lab.add_argument("--model", default=None, help="generator (default: embedded SmolLM2-135M-Instruct)")
-    lab.add_argument("--design", default="cyclic", choices=("cyclic", "prior", "random"))
+    lab.add_argument("--design", default="loo", choices=("loo", "ablate", "mixed", "cyclic", "prior", "random"),
+                     help="MoI design (default loo: the full prompt and each passage left out, k + 1 sequences; "
+                          "gold-paragraph MRR@10 0.765 on HotpotQA train vs 0.420 for cyclic, the k rotations)")
     lab.add_argument("--profile", default=None, help="position-bias profile JSON (default: flat)")
     lab.add_argument("--batch-queries", type=positive_int, default=4, help="questions per batched MoI call")
     lab.add_argument("--passage-max-tokens", type=int, default=None, help="truncate each passage in the prompt")
