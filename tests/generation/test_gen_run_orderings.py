@@ -110,7 +110,8 @@ def test_moi_cached_and_uncached_give_same_rankings_and_answers(gen: Generator, 
     ps = [passages, passages[:3]]
     n_reused = 0
     for design, budget in (("cyclic", None), ("prior", 3)):
-        kw = dict(design=design, budget=budget, max_new_tokens=5, profile=None, placement="ranked")
+        kw = dict(design=design, budget=budget, outcome="consensus", max_new_tokens=5, profile=None,
+                  placement="ranked")
         new = MoI(gen, reuse_cache=True, **kw).run_many(qs, ps)
         old = MoI(gen, reuse_cache=False, **kw).run_many(qs, ps)
         for a, b in zip(new, old):

@@ -596,7 +596,8 @@ def cases() -> list[Case]:
           setup=_w("p.jsonl", _passages([{"id": "a"}]))))
     add(C("rerank", "a 5 MB passage, --reranker none (never read)", [*rr, "--reranker", "none"], "ok", r"\ba\b",
           setup=_w("p.jsonl", _passages([{"id": "a", "text": "word " * 1_100_000}]))))
-    add(C("rerank", "a 5 MB passage, MoI (cut to the context window)", [*rr, "--model", LM, "--budget", "2"],
+    add(C("rerank", "a 5 MB passage, MoI (cut to the context window)", [*rr, "--model", LM, "--design", "prior",
+                                                                       "--budget", "2"],
           "ok|error", r"\ba\b|long|limit", setup=_w("p.jsonl", _passages([{"id": "a", "text": "word " * 1_100_000},
                                                                           {"id": "b", "text": "GameFan"}]))))
     add(C("rerank", "empty query", ["rerank", "--query", "", "--passages", "p.jsonl", "--reranker", "none"],
