@@ -221,13 +221,16 @@ def test_misaligned_echo_is_detected_and_scored_by_forced_decoding(local: Genera
         RemoteGenerator(srv.url, tokenizer=str(tiny_lm_dir), score_mode="magic")
 
 
-def test_moi_runs_unchanged_on_the_remote_generator(local: Generator, tiny_lm_dir: Path, live_server: Any) -> None:
+@pytest.mark.parametrize("kw", [{"design": "cyclic", "outcome": "consensus", "max_new_tokens": 3},
+                                {"max_new_tokens": 3, "fallback": False}],  # the default: loo + question
+                         ids=["cyclic-consensus", "default"])
+def test_moi_runs_unchanged_on_the_remote_generator(local: Generator, tiny_lm_dir: Path, live_server: Any,
+                                                    kw: dict[str, Any]) -> None:
     from ragkit.debias import MoIReranker
 
     srv = live_server(openai_app(local))
     remote = RemoteGenerator(srv.url + "/v1", tokenizer=str(tiny_lm_dir), show_progress=False)
     qs = ["Which city is the capital of France?", "Where was Arthur's Magazine published?"]
-    kw = {"design": "cyclic", "max_new_tokens": 3}
     want = MoIReranker(local, **kw).rank_many(qs, [PASSAGES, PASSAGES])
     got = MoIReranker(remote, **kw).rank_many(qs, [PASSAGES, PASSAGES])
     for g, w in zip(got, want):
