@@ -135,6 +135,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", default=None, help="generator (default: embedded SmolLM2-135M-Instruct)")
     ap.add_argument("--passage-tokens", type=int, default=60)
     ap.add_argument("--profile", default=None, help="profile JSON (default: the recency-heavy default)")
+    ap.add_argument("--blend", type=float, default=None,
+                    help="MoI's weight of the retriever order, (1 - b) z(u) + b z(prior) (default: MoI's, 0); "
+                         "choose it on train: benchmarks/moi_designs.py --order bm25")
     ap.add_argument("--calibrate", type=int, default=0,
                     help="calibrate the profile on N questions of --calib-data first (0: use the default)")
     ap.add_argument("--calib-data", default=None, help="default: ../shared/data/hotpotqa/train.jsonl")
@@ -183,7 +186,8 @@ def main(argv: list[str] | None = None) -> int:
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     shared = gen if args.no_share else SharedGenerations(gen)
     runners = {m: get_method(m, shared, max_new_tokens=args.max_new_tokens,
-                             **({"profile": profile} if m.startswith("moi") else {})) for m in methods}
+                             **({"profile": profile, **({} if args.blend is None else {"blend": args.blend})}
+                                if m.startswith("moi") else {})) for m in methods}
     rows: list[dict[str, Any]] = []
     if args.resume and os.path.isfile(args.out):
         import json
@@ -204,6 +208,7 @@ def main(argv: list[str] | None = None) -> int:
             "questions_done": sum(all(m in r["methods"] for m in methods) for r in rows),
             "generator": model_label(gen.name), "template": gen.template.name, "passage_tokens": args.passage_tokens,
             "k": 10, "max_new_tokens": args.max_new_tokens, "shared_generations": not args.no_share,
+            "blend": args.blend,
             "profile": {**profile.to_dict(), "model": model_label(profile.model)}, "calibration_seconds": calib_s,
             "machine": {"torch_threads": torch.get_num_threads(), "device": gen.device,
                         "gpu": torch.cuda.get_device_name() if gen.device.startswith("cuda") else None},
