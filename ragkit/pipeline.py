@@ -8,7 +8,8 @@ The pipeline composes the parts of :mod:`ragkit.debias` (any :class:`~ragkit.rer
 a placement, an :class:`~ragkit.debias.answerers.Answerer`) through the same
 :class:`~ragkit.debias.presets.Method` that ``ragkit eval`` runs. Every model call is batched over
 the questions given to :meth:`RAGPipeline.ask_many`: one ``search`` for all questions, one
-``rank_many`` (for MoI: all orderings of all questions) and one answering call.
+``rank_many`` (for MoI: all interventions of all questions; by default the full prompt and each
+passage left out, scored by the question's likelihood) and one answering call.
 """
 
 from __future__ import annotations

@@ -4,8 +4,9 @@ MoI (Lee et al., "Inference Scaling for Bridging Retrieval and Augmented Generat
 Findings 2025, arXiv 2412.10684) needs ``M`` generator passes over the ``k`` passages per
 question (``M = k + 1`` for the default leave-one-out design, ``M = k`` for the cyclic one). Its
 ``gold``-outcome utilities ``u`` on training questions (:mod:`ragkit.training.labels`) become the
-targets of a student cross-encoder ``f(q, p)`` that scores each (question, passage) pair once; the paper reports that a cheap
-reranker keeps about half of MoI's gain at a small fraction of its cost.
+targets of a student cross-encoder ``f(q, p)`` that scores each (question, passage) pair once;
+the paper reports that a cheap reranker keeps about half of MoI's gain at a small fraction of
+its cost.
 
 Student: a sentence-transformers ``CrossEncoder`` (one logit per pair) initialised from an
 encoder (default: the embedded all-MiniLM-L6-v2 weights; any sentence-transformers or Hugging
