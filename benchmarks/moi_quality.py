@@ -54,6 +54,8 @@ class SharedGenerations:
         self._memo: dict[tuple[Any, ...], str] = {}
 
     def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name == "_gen":  # copy/pickle probes: never recurse
+            raise AttributeError(name)
         return getattr(self._gen, name)
 
     def generate(self, prompts: list[str], max_new_tokens: int = 32, stop: Any = None,

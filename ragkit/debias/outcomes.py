@@ -386,14 +386,11 @@ def question_outcomes(
     :meth:`Generator.score_orderings` (shared prefix, one batched call): ``M`` sequences per query.
     ``answers`` and the generation settings in ``kwargs`` are accepted for a uniform signature.
     """
-    import copy
-
     from ragkit.generation.prompts import question_template
 
     del answers, kwargs
-    qgen = copy.copy(generator)
-    qgen.template = question_template(generator.template)  # type: ignore[misc]
-    res = qgen.score_orderings(list(questions), [list(p) for p in passages], orderings, list(questions))
+    res = generator.score_orderings(list(questions), [list(p) for p in passages], orderings, list(questions),
+                                    template=question_template(generator.template))
     return [OutcomeResult(values=np.asarray(r.mean, dtype=np.float64), answers=[], target=None,
                           generator_calls=len(o)) for r, o in zip(res, orderings)]
 
@@ -417,7 +414,7 @@ def compute_outcomes(
     if kind == "gold":
         if answers is None:
             raise ValueError("the 'gold' outcome needs reference answers (answers_list); "
-                             "use outcome='consensus' for label-free reranking")
+                             "use outcome='question' (the default) for label-free reranking")
         return gold_outcomes(generator, questions, passages, orderings, answers)
     if kind == "consensus":
         return consensus_outcomes(generator, questions, passages, orderings, answers, **kwargs)

@@ -109,8 +109,10 @@ class GeneratorLike(Protocol):
         passages: Sequence[Sequence[Passage | str]],
         orderings: Sequence[Sequence[Sequence[int]]],
         answers: Sequence[str | Sequence[str]],
+        template: PromptTemplate | None = None,
     ) -> list[ScoreResult]:
-        """Answers scored under several passage orderings per question (shared prefix reused)."""
+        """Answers scored under several passage orderings per question (shared prefix reused;
+        ``template``: lay the prompts out with it instead of the generator's own)."""
         ...
 
     def generate(

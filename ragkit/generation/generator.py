@@ -239,6 +239,7 @@ class Generator:
         passages: Sequence[Sequence[Passage | str]],
         orderings: Sequence[Sequence[Sequence[int]]],
         answers: Sequence[str | Sequence[str]],
+        template: PromptTemplate | None = None,
     ) -> list[ScoreResult]:
         """Score answers under several passage orderings per question, reusing the shared prefix.
 
@@ -260,13 +261,16 @@ class Generator:
             ordering may hold any subset of distinct indices (``[]``: a prompt without passages).
         answers
             Per query, one answer for all orderings or a list of ``M`` answers (one per ordering).
+        template
+            Lay the prompts out with this template instead of the generator's own (the
+            ``question`` outcome scores the question with :func:`ragkit.generation.question_template`).
 
         Returns
         -------
         list[ScoreResult]
             One result per query with ``M`` entries (in ordering order).
         """
-        return scoring.score_orderings(self, questions, passages, orderings, answers)
+        return scoring.score_orderings(self, questions, passages, orderings, answers, template)
 
     def run_orderings(
         self,

@@ -468,6 +468,7 @@ class RemoteGenerator:
         passages: Sequence[Sequence[Passage | str]],
         orderings: Sequence[Sequence[Sequence[int]]],
         answers: Sequence[str | Sequence[str]],
+        template: PromptTemplate | None = None,
     ) -> list[ScoreResult]:
         """Score answers under several passage orderings per question (one :meth:`score` call).
 
@@ -475,7 +476,7 @@ class RemoteGenerator:
         (SGLang's radix cache) reuses the shared prefix, vLLM computes prompt log-probs without
         its prefix cache.
         """
-        prompts, ans = ordering_inputs(self, questions, passages, orderings, answers)
+        prompts, ans = ordering_inputs(self, questions, passages, orderings, answers, template)
         res = self.score([p for ps in prompts for p in ps], [a for as_ in ans for a in as_])
         return per_query(res.token_logprobs, [len(ps) for ps in prompts])
 

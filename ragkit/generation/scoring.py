@@ -44,6 +44,7 @@ if TYPE_CHECKING:  # pragma: no cover
     import torch
 
     from ragkit.generation.generator import Generator
+    from ragkit.generation.prompts import PromptTemplate
     from ragkit.generation.remote import RemoteGenerator
 
 logger = logging.getLogger(__name__)
@@ -213,13 +214,16 @@ def _score_ids(gen: Generator, p_ids: Sequence[Sequence[int]], a_ids: Sequence[S
 # ----------------------------------------------------------------------------- orderings
 def ordering_prompts(gen: Generator | RemoteGenerator, questions: Sequence[str],
                      passages: Sequence[Sequence[Passage | str]],
-                     orderings: Sequence[Sequence[Sequence[int]]]) -> list[list[str]]:
+                     orderings: Sequence[Sequence[Sequence[int]]],
+                     template: PromptTemplate | None = None) -> list[list[str]]:
     """Per query, the full prompt of each ordering (passages fitted once per query, order-free).
 
     An ordering lists distinct passage indices; it may hold any subset (``[]``: no passages).
     ``gen`` is any generator with the prompt settings (``tokenizer``, ``template``,
-    ``max_length``, ``answer_reserve``, ``passage_max_tokens``): local or remote.
+    ``max_length``, ``answer_reserve``, ``passage_max_tokens``): local or remote. ``template``
+    replaces the generator's own (e.g. :func:`ragkit.generation.question_template`).
     """
+    tmpl = gen.template if template is None else template
     n = len(questions)
     if not (len(passages) == len(orderings) == n):
         raise ValueError(f"got {n} questions, {len(passages)} passage lists and {len(orderings)} ordering lists; "
@@ -234,9 +238,9 @@ def ordering_prompts(gen: Generator | RemoteGenerator, questions: Sequence[str],
             if any(i < 0 or i >= len(ps) for i in o) or len(set(o)) != len(o):
                 raise ValueError(f"ordering {m} of query {q} ({o}) must list distinct passage indices "
                                  f"in [0, {len(ps)})")
-        texts = fit_passages(gen.tokenizer, gen.template, questions[q], ps, max_length=gen.max_length,
+        texts = fit_passages(gen.tokenizer, tmpl, questions[q], ps, max_length=gen.max_length,
                              answer_reserve=gen.answer_reserve, passage_max_tokens=gen.passage_max_tokens)
-        out.append([gen.template.build(questions[q], [ps[i] for i in o], gen.tokenizer, [texts[i] for i in o])
+        out.append([tmpl.build(questions[q], [ps[i] for i in o], gen.tokenizer, [texts[i] for i in o])
                     for o in orders])
     return out
 
@@ -247,6 +251,7 @@ def ordering_inputs(
     passages: Sequence[Sequence[Passage | str]],
     orderings: Sequence[Sequence[Sequence[int]]],
     answers: Sequence[str | Sequence[str]],
+    template: PromptTemplate | None = None,
 ) -> tuple[list[list[str]], list[list[str]]]:
     """Per query, the prompt of each ordering (:func:`ordering_prompts`) and the answer scored under it.
 
@@ -257,7 +262,7 @@ def ordering_inputs(
         raise ValueError(
             f"score_orderings() got {n} questions, {len(passages)} passage lists, {len(orderings)} "
             f"ordering lists and {len(answers)} answers; pass one of each per query")
-    prompts = ordering_prompts(gen, questions, passages, orderings)
+    prompts = ordering_prompts(gen, questions, passages, orderings, template)
     ans: list[list[str]] = []
     for q in range(n):
         a = answers[q]
@@ -338,11 +343,12 @@ def score_orderings(
     passages: Sequence[Sequence[Passage | str]],
     orderings: Sequence[Sequence[Sequence[int]]],
     answers: Sequence[str | Sequence[str]],
+    template: PromptTemplate | None = None,
 ) -> list[ScoreResult]:
     """:meth:`ragkit.generation.Generator.score_orderings` (see there)."""
     import torch
 
-    prompts, ans = ordering_inputs(gen, questions, passages, orderings, answers)
+    prompts, ans = ordering_inputs(gen, questions, passages, orderings, answers, template)
     n = len(prompts)
     flat_p = [p for ps_ in prompts for p in ps_]
     flat_a = [a for as_ in ans for a in as_]

@@ -69,3 +69,20 @@ def test_question_outcome_finds_the_passage_the_question_is_about() -> None:
                                                                                 generate_answer=False)[0]
     top2 = set(res.ranking.ids()[:2])
     assert top2 == {"gold", "gold2"}, res.ranking.ids()
+
+
+class _Delegating:
+    """A generator wrapper that forwards every attribute (as benchmarks and apps write them)."""
+
+    def __init__(self, gen: Generator) -> None:
+        self._gen = gen
+
+    def __getattr__(self, name: str):  # noqa: ANN204
+        return getattr(self._gen, name)
+
+
+def test_question_outcome_through_a_wrapper(gen: Generator, passages: list[Passage]) -> None:
+    """The outcome passes the question template as an argument: it never copies or mutates the generator."""
+    direct = compute_outcomes("question", gen, [QUESTION], [passages], [loo(4)])[0]
+    wrapped = compute_outcomes("question", _Delegating(gen), [QUESTION], [passages], [loo(4)])[0]
+    np.testing.assert_allclose(wrapped.values, direct.values, atol=1e-6)
