@@ -59,8 +59,11 @@ class DistilledReranker(CrossEncoderReranker):
         metadata: Mapping[str, Any] | None = None,
         batch_size: int = 64,
         show_progress: bool | None = None,
+        max_batch_tokens: int | None = None,
+        forward_cost_tokens: int = 128,
     ) -> None:
-        super().__init__(model, batch_size=batch_size, show_progress=show_progress)
+        super().__init__(model, batch_size=batch_size, show_progress=show_progress,
+                         max_batch_tokens=max_batch_tokens, forward_cost_tokens=forward_cost_tokens)
         self.metadata: dict[str, Any] = dict(metadata or {})
 
     @classmethod
@@ -108,7 +111,7 @@ class DistilledReranker(CrossEncoderReranker):
     @classmethod
     def from_pretrained(
         cls, name_or_path: str | os.PathLike[str], *, device: str = "auto", batch_size: int = 64,
-        max_length: int | None = None,
+        max_length: int | None = None, max_batch_tokens: int | None = None, forward_cost_tokens: int = 128,
     ) -> DistilledReranker:
         """A student from a local folder or a Hugging Face Hub id, or any one-output cross-encoder.
 
@@ -118,7 +121,8 @@ class DistilledReranker(CrossEncoderReranker):
         """
         p = Path(name_or_path)
         if p.is_dir() and (p / META_FILE).exists():
-            student = cls.load(p, device=device, batch_size=batch_size)
+            student = cls.load(p, device=device, batch_size=batch_size, max_batch_tokens=max_batch_tokens,
+                               forward_cost_tokens=forward_cost_tokens)
             if max_length is not None:
                 student.model.max_length = max_length
             return student
@@ -134,11 +138,14 @@ class DistilledReranker(CrossEncoderReranker):
                 logger.info("%s has no readable %s (%s); loading it as a plain cross-encoder", name_or_path,
                             META_FILE, type(e).__name__)
         plain = CrossEncoderReranker.from_pretrained(str(name_or_path), device=device, max_length=max_length)
-        return cls(plain.model, meta, batch_size=batch_size)
+        return cls(plain.model, meta, batch_size=batch_size, max_batch_tokens=max_batch_tokens,
+                   forward_cost_tokens=forward_cost_tokens)
 
     @classmethod
-    def load(cls, path: str | os.PathLike[str], *, device: str = "auto", batch_size: int = 64) -> DistilledReranker:
-        """Load a student saved by :meth:`save` (or by ``ragkit distill``)."""
+    def load(cls, path: str | os.PathLike[str], *, device: str = "auto", batch_size: int = 64,
+             max_batch_tokens: int | None = None, forward_cost_tokens: int = 128) -> DistilledReranker:
+        """Load a student saved by :meth:`save` (or by ``ragkit distill``); ``max_batch_tokens`` and
+        ``forward_cost_tokens`` set its length buckets (:class:`CrossEncoderReranker`)."""
         import torch
         from sentence_transformers import CrossEncoder
 
@@ -162,7 +169,8 @@ class DistilledReranker(CrossEncoderReranker):
             raise ValueError(f"{meta_path}: unknown format {meta.get('format')!r}; expected {_META_FORMAT!r}")
         model = CrossEncoder(str(p), device=resolve_device(device), activation_fn=torch.nn.Identity(),
                              local_files_only=True)
-        return cls(model, meta.get("metadata", {}), batch_size=batch_size)
+        return cls(model, meta.get("metadata", {}), batch_size=batch_size, max_batch_tokens=max_batch_tokens,
+                   forward_cost_tokens=forward_cost_tokens)
 
     def save_pretrained(self, path: str | os.PathLike[str], overwrite: bool = False,
                         card: bool = True) -> Path:

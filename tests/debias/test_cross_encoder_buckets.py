@@ -186,3 +186,15 @@ def test_settings_are_checked_and_passed_through(model: Any, tmp_path: Path) -> 
     got = student.rank_many([QUERIES[0], QUERIES[0]], [_passages(DOCS), _passages(DOCS)])
     assert student.pairs_scored == len(DOCS) and student.pairs_requested == 2 * len(DOCS)
     assert got[0].ids() == got[1].ids() == loaded.rank(QUERIES[0], DOCS).ids()
+
+
+def test_student_takes_the_bucket_settings(model: Any, tmp_path: Path) -> None:
+    from ragkit.debias.student import DistilledReranker
+
+    student = DistilledReranker(model, {"seed": 0}, max_batch_tokens=256, forward_cost_tokens=5)
+    assert (student.max_batch_tokens, student.forward_cost_tokens) == (256, 5)
+    folder = student.save_pretrained(tmp_path / "s")
+    for loaded in (DistilledReranker.load(folder, device="cpu", max_batch_tokens=300, forward_cost_tokens=9),
+                   DistilledReranker.from_pretrained(folder, device="cpu", max_batch_tokens=300,
+                                                     forward_cost_tokens=9)):
+        assert (loaded.max_batch_tokens, loaded.forward_cost_tokens) == (300, 9)
