@@ -10,7 +10,7 @@ of all queries of one ``rank_many`` call can be regrouped freely without changin
    request or a document listed twice costs nothing extra);
 2. measures each pair's token length with the model's own tokenizer (truncated at its maximum
    length) and cuts the pairs into length buckets, one encoder forward each
-   (:func:`length_buckets`), so that a short pair is not padded to the longest pair of the call;
+   (:func:`ragkit.batching.length_buckets`), so that a short pair is not padded to the longest pair of the call;
 3. rebuilds every query's ranking from its pairs' scores (``RankedList.from_scores``).
 
 ``ragkit serve`` micro-batches concurrent requests into one such call, and evaluation gets the
@@ -33,7 +33,7 @@ from ragkit.types import Passage, Query, RankedList
 if TYPE_CHECKING:  # pragma: no cover
     from sentence_transformers import CrossEncoder
 
-__all__ = ["CrossEncoderReranker", "length_buckets", "pair_text"]  # length_buckets: re-exported from ragkit.batching
+__all__ = ["CrossEncoderReranker", "pair_text"]
 
 logger = logging.getLogger(__name__)
 
@@ -60,7 +60,7 @@ class CrossEncoderReranker(Reranker):
         ``None``: no cap beyond ``batch_size``.
     forward_cost_tokens
         The fixed cost of one encoder forward in tokens, traded against padding when the pairs
-        of a call are cut into length buckets (:func:`length_buckets`; ``0``: minimise padding
+        of a call are cut into length buckets (:func:`ragkit.batching.length_buckets`; ``0``: minimise padding
         only). Small on one CPU thread and on a GPU's launch queue, larger where intra-op threads
         must meet at every operator.
 
@@ -117,7 +117,7 @@ class CrossEncoderReranker(Reranker):
 
     @property
     def forward_cost_tokens(self) -> int:
-        """The fixed cost of one encoder forward, in tokens (see :func:`length_buckets`)."""
+        """The fixed cost of one encoder forward, in tokens (see :func:`ragkit.batching.length_buckets`)."""
         return self._forward_cost_tokens
 
     @forward_cost_tokens.setter

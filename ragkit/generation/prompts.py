@@ -63,6 +63,17 @@ _QUESTION_REQUEST = "Write the question that these passages answer."
 _CHAT_SENTINEL = "\u2063RAGKIT_PASSAGES\u2063"
 
 
+def _chat_split(tokenizer: PreTrainedTokenizerBase, content: str, block: str) -> tuple[str, str]:
+    """``(prefix, suffix)`` of one user turn ``content`` rendered with the chat template, the passage
+    ``block`` put where ``content`` holds the sentinel (the suffix ends with the assistant turn start)."""
+    rendered: Any = tokenizer.apply_chat_template([{"role": "user", "content": content}], tokenize=False,
+                                                  add_generation_prompt=True)
+    if not isinstance(rendered, str) or rendered.count(_CHAT_SENTINEL) != 1:
+        raise ValueError("the tokenizer's chat template did not keep the passage block intact")
+    prefix, rest = rendered.split(_CHAT_SENTINEL)
+    return prefix, block + rest
+
+
 @dataclass(frozen=True)
 class PromptTemplate:
     """A RAG prompt layout whose passage block is the only ordering-specific part.
@@ -152,15 +163,7 @@ class PromptTemplate:
                     logger.warning("tokenizer has no chat template; template %r falls back to 'short'", self.name)
                 return SHORT.split(question, passages, tokenizer, texts)
             content = self._head(question) + _CHAT_SENTINEL + self._tail(question, "").rstrip("\n")
-            rendered: Any = tokenizer.apply_chat_template(
-                [{"role": "user", "content": content + "\nAnswer with a few words only."}],
-                tokenize=False,
-                add_generation_prompt=True,
-            )
-            if not isinstance(rendered, str) or rendered.count(_CHAT_SENTINEL) != 1:
-                raise ValueError("the tokenizer's chat template did not keep the passage block intact")
-            prefix, rest = rendered.split(_CHAT_SENTINEL)
-            return prefix, block + rest
+            return _chat_split(tokenizer, content + "\nAnswer with a few words only.", block)
         head = self._head(question)
         return head, self._tail(question, block) + self.answer_cue
 
@@ -203,13 +206,7 @@ class QuestionPromptTemplate(PromptTemplate):
         block = self.passage_block(passages, texts)
         head = f"{self.instruction.strip()}\n\nPassages:\n"
         if self.use_chat_template and tokenizer is not None and getattr(tokenizer, "chat_template", None):
-            rendered: Any = tokenizer.apply_chat_template(
-                [{"role": "user", "content": head + _CHAT_SENTINEL + "\n\n" + _QUESTION_REQUEST}],
-                tokenize=False, add_generation_prompt=True)
-            if not isinstance(rendered, str) or rendered.count(_CHAT_SENTINEL) != 1:
-                raise ValueError("the tokenizer's chat template did not keep the passage block intact")
-            prefix, rest = rendered.split(_CHAT_SENTINEL)
-            return prefix, block + rest
+            return _chat_split(tokenizer, head + _CHAT_SENTINEL + "\n\n" + _QUESTION_REQUEST, block)
         return head, f"{block}\n\n{self.answer_cue}"
 
 

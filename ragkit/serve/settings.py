@@ -39,7 +39,7 @@ class ServeSettings:
     forward_cost_tokens
         For a cross-encoder reranker: the fixed cost of one encoder forward in tokens, which the
         reranker weighs against padding when it cuts a merged batch into length buckets
-        (:func:`ragkit.debias.cross_encoder.length_buckets`; ``0``: minimise padding only).
+        (:func:`ragkit.batching.length_buckets`; ``0``: minimise padding only).
     """
 
     max_batch_size: int = 32

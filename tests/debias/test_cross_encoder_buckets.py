@@ -9,7 +9,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from ragkit.debias.cross_encoder import CrossEncoderReranker, length_buckets, pair_text
+from ragkit.batching import length_buckets
+from ragkit.debias.cross_encoder import CrossEncoderReranker, pair_text
 from ragkit.types import Passage, RankedList
 
 QUERIES = ["which river flows through the zebra castle?", "who painted the striped horse?", "capital of France"]
