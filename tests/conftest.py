@@ -33,6 +33,13 @@ def load_benchmark(name: str) -> ModuleType:
     return mod
 
 
+@pytest.fixture(scope="session")
+def load_bench():
+    """:func:`load_benchmark` as a fixture (test modules cannot import ``conftest`` by name: in a
+    whole-tree run that name may resolve to another folder's conftest)."""
+    return load_benchmark
+
+
 def build_tiny_tokenizer():
     """A real byte-level BPE tokenizer (vocab 400) trained in-process, with a chat template: the model
     zoo's ``"bpe"`` tokenizer (one definition for the tests and ``benchmarks/model_zoo.py``)."""

@@ -9,14 +9,13 @@ from types import ModuleType
 
 import numpy as np
 import pytest
-from conftest import load_benchmark
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def bench() -> ModuleType:
-    return load_benchmark("generators")
+def bench(load_bench) -> ModuleType:
+    return load_bench("generators")
 
 
 def test_slot_orderings_move_the_gold_block_and_keep_the_distractors_in_order(bench: ModuleType) -> None:

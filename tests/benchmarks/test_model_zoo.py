@@ -13,14 +13,13 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-from conftest import load_benchmark
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def zoo() -> ModuleType:
-    return load_benchmark("model_zoo")
+def zoo(load_bench) -> ModuleType:
+    return load_bench("model_zoo")
 
 
 @pytest.fixture()
