@@ -136,10 +136,15 @@ def main(argv: list[str] | None = None) -> int:
                 and old.get("model") in (gen.name, model_label(gen.name)) and old.get("order", "given") == args.order):
             rows = old["rows"]
             done = {(r["design"], r["outcome"]) for r in rows if r["outcome"] is not None}
+            for r in rows:  # kept rows: the blend table for this run's --blends, from their stored utilities
+                if "per_question_utilities" in r:
+                    r["blends"] = blend_table(r, [[p.id for p in pl] for pl in ps], golds, args.k, blends, given_mrr,
+                                              blend_with_retriever)
     print(f"{'design':<12} {'outcome':<12} {'MRR@10':>7} {'R@2':>6} {'seq/q':>6} {'s/q':>7} {'fallb':>6}"
           "  dMRR [95% CI]   MRR(no fallback)")
     for r in rows:
-        print(f"{r['design']:<12} {str(r['outcome']):<12} {r['mrr@10']:7.3f} {r['recall@2']:6.3f}")
+        print(f"{r['design']:<12} {str(r['outcome']):<12} {r['mrr@10']:7.3f} {r['recall@2']:6.3f}" + (
+            "  blend " + " ".join(f"{b['beta']:g}:{b['mrr@10']:.3f}" for b in r["blends"]) if "blends" in r else ""))
     for spec in args.designs.split(","):
         design, _, b = spec.partition("@")  # "ablate@auto", "cyclic@5": a budget after "@"
         budget: int | str | None = None if not b else (b if b == "auto" else int(b))
