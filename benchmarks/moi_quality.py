@@ -11,7 +11,8 @@ self-consistency, MoI with each outcome and design) produces a ranking and a fin
   paragraphs, MS MARCO's ``is_selected`` passages);
 - answer: EM / F1 (ragkit.eval.metrics, SQuAD normalisation) of the final generation, and ROUGE-L
   (rouge-score) on MS MARCO;
-- paired: each method minus the retriever order (``none``), per question, with a 95% bootstrap
+- paired: each method minus the retriever order (``none``), and each MoI method minus every other
+  baseline in ``--methods`` (``summary[m]["minus"][baseline]``), per question, with a 95% bootstrap
   interval (``_stats.paired_ci``);
 - cost: generator sequences per question and wall seconds per question.
 
@@ -90,6 +91,12 @@ def summarise(rows: list[dict[str, Any]], methods: list[str]) -> dict[str, dict[
             for key in ("mrr@10", "recall@2", "f1", "rouge_l"):
                 if vals[0].get(key) is not None:
                     out[m][f"{key}_minus_none"] = paired_ci([v[key] for v in vals], [b[key] for b in base])
+        if m.startswith("moi"):  # MoI minus every baseline run beside it (issue: paired CI per baseline)
+            others = [b for b in methods if b != "none" and not b.startswith("moi")]
+            out[m]["minus"] = {
+                b: {key: paired_ci([v[key] for v in vals], [r["methods"][b][key] for r in done])
+                    for key in ("mrr@10", "recall@2", "f1", "rouge_l") if vals[0].get(key) is not None}
+                for b in others}
     return out
 
 
@@ -256,6 +263,10 @@ def main(argv: list[str] | None = None) -> int:
         ci = f"  {d[0]:+.3f} [{d[1]:+.3f}, {d[2]:+.3f}]" if d else ""
         print(f"{m:<16}{s['mrr@10']:>8.3f}{s['recall@2']:>7.3f}{s['em']:>7.3f}{s['f1']:>7.3f}"
               f"{s['generator_calls']:>9.1f}{s['seconds']:>8.1f}{ci}")
+    for m, s in result["summary"].items():
+        for b, diffs in s.get("minus", {}).items():
+            print(f"{m} minus {b}: " + ", ".join(f"{key} {d[0]:+.3f} [{d[1]:+.3f}, {d[2]:+.3f}]"
+                                                  for key, d in diffs.items()))
     return 0
 
 
