@@ -145,8 +145,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--passage-tokens", type=int, default=60)
     ap.add_argument("--profile", default=None, help="profile JSON (default: the recency-heavy default)")
     ap.add_argument("--blend", type=float, default=None,
-                    help="MoI's weight of the retriever order, (1 - b) z(u) + b z(prior) (default: MoI's, 0); "
-                         "choose it on train: benchmarks/moi_designs.py --order bm25")
+                    help="MoI's weight of the retriever order, (1 - b) z(u) + b z(prior) (default: MoI's "
+                         "'auto', which is 0 here: no retriever scores are passed); the README's BM25-order rows "
+                         "use 0.75, chosen on train: benchmarks/moi_designs.py --order bm25")
     ap.add_argument("--calibrate", type=int, default=0,
                     help="calibrate the profile on N questions of --calib-data first (0: use the default)")
     ap.add_argument("--calib-data", default=None, help="default: ../shared/data/hotpotqa/train.jsonl")

@@ -27,7 +27,13 @@ whether the interventions separated the passages (an F-test of the fit's explain
 for saturated designs, whether the outcome moved and the best passage is an outlier by its
 modified z-score); when they did not, the retriever order
 is kept (``fallback``). Otherwise the utilities are blended with the retriever order,
-``(1 − β) z(u) + β z(prior)`` (``blend = β``, to be chosen on training questions).
+``(1 − β) z(u) + β z(prior)`` (``blend = β``). The default ``blend="auto"`` takes
+``β = RETRIEVER_BLEND = 0.75`` for a query that comes with retriever scores (a real retriever's
+list) and ``β = 0`` for one without (an order that may carry no information), the value chosen
+on the per-question BM25 order of 10 HotpotQA train questions with the reference generator
+(``loo`` + ``question``: MRR@10 0.838 unblended, 0.950 at β = 0.7–0.85, BM25 alone 0.900;
+``benchmarks/results/moi_designs_train-qwen-bm25-cpu.json``, whose prior is the retriever ranks),
+while on the random given order any β above 0.5 costs quality.
 
 Default (issue 20, chosen on HotpotQA **train**, never on reported questions): ``design="loo"``
 with the label-free ``question`` outcome (query likelihood of the question after the passages of
@@ -79,11 +85,14 @@ from ragkit.debias.profile import PositionProfile
 from ragkit.generation.base import GeneratorLike
 from ragkit.types import Passage, Query, RankedList, as_passages
 
-__all__ = ["MoI", "MoIResult", "PLACEMENTS"]
+__all__ = ["MoI", "MoIResult", "PLACEMENTS", "RETRIEVER_BLEND"]
 
 logger = logging.getLogger(__name__)
 
 PLACEMENTS = ("bias_aware", "ranked")
+#: ``blend="auto"``: the retriever order's weight for a query passed with retriever scores
+#: (chosen on HotpotQA train, BM25 order; see the module docstring).
+RETRIEVER_BLEND = 0.75
 
 
 @dataclass
@@ -234,7 +243,9 @@ class MoI:
     transform
         ``ablate``: ``"logit"`` (outcomes are log-probabilities; ContextCite) or ``"none"``.
     blend
-        Weight ``β`` of the retriever order in ``(1 − β) z(u) + β z(prior)`` (0: utilities only).
+        Weight ``β`` of the retriever order in ``(1 − β) z(u) + β z(prior)`` (0: utilities only;
+        1: the retriever order). ``"auto"`` (default): :data:`RETRIEVER_BLEND` (0.75) for a
+        query passed with retriever scores, 0 for one without (its order may be uninformative).
     fallback
         Keep the retriever order for a query whose interventions do not separate the passages
         (:func:`ragkit.debias.estimators.separates` with ``fallback_alpha`` and ``min_spread``).
@@ -268,7 +279,7 @@ class MoI:
         surrogate: str = "lasso",
         alpha: float = 0.01,
         transform: str = "logit",
-        blend: float = 0.0,
+        blend: float | str = "auto",
         fallback: bool = True,
         fallback_alpha: float = 0.05,
         min_spread: float = 1e-2,
@@ -294,7 +305,10 @@ class MoI:
             raise ValueError(f"unknown surrogate {surrogate!r}; choose 'lasso' or 'ridge'")
         if transform not in ("logit", "none"):
             raise ValueError(f"unknown transform {transform!r}; choose 'logit' or 'none'")
-        if not 0.0 <= blend <= 1.0:
+        if isinstance(blend, str):
+            if blend != "auto":
+                raise ValueError(f"blend must be a number in [0, 1] or 'auto', got {blend!r}")
+        elif not 0.0 <= blend <= 1.0:
             raise ValueError(f"blend (the retriever order's weight) must be in [0, 1], got {blend}")
         if stable_top < 1:
             raise ValueError(f"stable_top must be >= 1, got {stable_top}")
@@ -316,7 +330,7 @@ class MoI:
         self.surrogate = surrogate
         self.alpha = float(alpha)
         self.transform = transform
-        self.blend = float(blend)
+        self.blend: float | str = blend if isinstance(blend, str) else float(blend)
         self.fallback = bool(fallback)
         self.fallback_alpha = float(fallback_alpha)
         self.min_spread = float(min_spread)
@@ -380,13 +394,20 @@ class MoI:
             return mixed_utilities(orderings, values, k, weights=prof.weights)
         return permutation_fit(orderings, values, prof.weights, lam=self.lam, scores=scores)
 
+    def blend_for(self, scores: Sequence[float] | None) -> float:
+        """The blend weight ``β`` for one query: ``blend``, or with ``"auto"``
+        :data:`RETRIEVER_BLEND` when the query has retriever scores and 0 when it has none."""
+        if self.blend == "auto":
+            return RETRIEVER_BLEND if scores is not None else 0.0
+        return float(self.blend)
+
     def _rank(self, orderings: list[list[int]], values: np.ndarray, prof: PositionProfile,
               scores: Sequence[float] | None) -> tuple[np.ndarray, bool, dict[str, float], UtilityFit, np.ndarray]:
         """(utilities after the separation test and the blend, fell back?, test stats, fit, blended
         utilities before the fallback)."""
         fit = self._fit(orderings, values, prof, scores)
         ok, stats = separates(fit, alpha=self.fallback_alpha, min_spread=self.min_spread, z_min=self.fallback_z)
-        u = blend_with_retriever(fit.utilities, self.blend, scores)
+        u = blend_with_retriever(fit.utilities, self.blend_for(scores), scores)
         if self.fallback and not ok:
             return retriever_prior(prof.k, scores), True, stats, fit, u
         return u, False, stats, fit, u

@@ -444,7 +444,9 @@ def run_eval(
             outs = method.run_many(
                 [r.query for r in chunk],
                 [c.passages() for c in cands],
-                [c.scores() for c in cands],
+                # the dataset's order has no retriever scores (its k..1 only sort it): MoI's
+                # blend="auto" then leaves an order that may be random (HotpotQA) unblended
+                None if cfg.retriever == "given" else [c.scores() for c in cands],
                 # gold answers reach only oracle rerankers (moi_gold), never the answerer
                 [list(r.answers) for r in chunk] if method.needs_answers else None,
                 True,

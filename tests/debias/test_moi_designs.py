@@ -215,6 +215,27 @@ def test_blend_and_prior() -> None:
         blend_with_retriever(u, 1.5)
 
 
+def test_auto_blend_weighs_the_retriever_only_when_it_gave_scores() -> None:
+    """``blend="auto"``: β = 0.75 with retriever scores, 0 without. Utilities u = (0, 0, 3, 0) on a
+    list scored (3, 2, 1, 0): z(u) = (−0.577, −0.577, 1.732, −0.577), z(scores) = (1.342, 0.447,
+    −0.447, −1.342); at β = 0.75 the blend is (0.862, 0.191, 0.098, −1.151), so the retriever's
+    top two stay first; unblended, p2 leads."""
+    k = 4
+    out = subset_outcome(np.array([0.0, 0.0, 3.0, 0.0]))
+    moi = MoI(None, design="loo", outcome=out)
+    assert moi.blend == "auto" and moi.blend_for([1.0] * k) == 0.75 and moi.blend_for(None) == 0.0
+    (with_scores, without) = moi.run_many(["q", "q"], [passages(k), passages(k)], [[3.0, 2.0, 1.0, 0.0], None],
+                                          generate_answer=False)
+    assert with_scores.ranking.ids() == ["p0", "p1", "p2", "p3"]
+    assert with_scores.utilities == pytest.approx([0.862, 0.191, 0.098, -1.151], abs=1e-3)
+    assert without.ranking.ids()[0] == "p2"
+    (fixed,) = MoI(None, design="loo", outcome=out, blend=0.0).run_many(
+        ["q"], [passages(k)], [[3.0, 2.0, 1.0, 0.0]], generate_answer=False)
+    assert fixed.ranking.ids()[0] == "p2"
+    with pytest.raises(ValueError, match="'auto'"):
+        MoI(None, design="loo", outcome=out, blend="retriever")
+
+
 def test_fallback_keeps_retriever_order() -> None:
     """Outcomes that do not move: no separation -> the retriever order (by score), flagged."""
     k = 5
@@ -224,8 +245,8 @@ def test_fallback_keeps_retriever_order() -> None:
         (r,) = moi.run_many(["q"], [passages(k)], [[0.1, 0.5, 0.3, 0.9, 0.2]], generate_answer=False)
         assert r.fallback, design
         assert r.ranking.ids() == ["p3", "p1", "p2", "p4", "p0"], design
-    # the same outcomes with fallback off give the tie order (retriever index), not the scores
-    (r,) = MoI(None, design="loo", outcome=flat, fallback=False).run_many(
+    # the same outcomes with fallback off and no blend give the tie order (retriever index), not the scores
+    (r,) = MoI(None, design="loo", outcome=flat, fallback=False, blend=0.0).run_many(
         ["q"], [passages(k)], [[0.1, 0.5, 0.3, 0.9, 0.2]], generate_answer=False)
     assert not r.fallback and r.ranking.ids() == [f"p{i}" for i in range(k)]
 
@@ -246,7 +267,7 @@ def test_presence_designs_find_the_useful_passage(design: str) -> None:
     k = 8
     u = np.array([0.05, -0.02, 0.0, 0.03, -0.04, 0.01, 1.5, 0.02])
     a = None if design != "mixed" else np.linspace(0.5, 1.5, k)
-    moi = MoI(None, design=design, outcome=subset_outcome(u, a, logprob=True))
+    moi = MoI(None, design=design, outcome=subset_outcome(u, a, logprob=True), blend=0.0)
     (r,) = moi.run_many(["q"], [passages(k)], [np.linspace(1, 0, k)], generate_answer=False)
     assert not r.fallback
     assert r.ranking.ids()[0] == "p6"
