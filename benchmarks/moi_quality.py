@@ -100,6 +100,31 @@ def summarise(rows: list[dict[str, Any]], methods: list[str]) -> dict[str, dict[
     return out
 
 
+def blend_tables(rows: list[dict[str, Any]], methods: list[str], blends: list[float]) -> dict[str, Any]:
+    """Per MoI method, gold MRR@10 at each blend weight ``β`` of ``blends``, recomputed from the
+    stored raw utilities and fallbacks (no model calls; ``moi_designs.blend_table``, the retriever
+    order being ``none``'s ranking), paired against the retriever order, on the questions all
+    methods finished. The answers are not recomputed: only the run's own ``--blend`` has EM/F1."""
+    from moi_designs import blend_table
+
+    from ragkit.debias.estimators import blend_with_retriever
+
+    done = [r for r in rows if all(m in r["methods"] for m in methods)]
+    out: dict[str, Any] = {}
+    if "none" not in methods:
+        return out
+    for m in methods:
+        got = [r for r in done if m.startswith("moi") and r["methods"][m].get("utilities") is not None]
+        if not got:
+            continue
+        stored = {"per_question_utilities": [r["methods"][m]["utilities"] for r in got],
+                  "per_question_fallback": [r["methods"][m]["fallback"] for r in got]}
+        out[m] = {"n": len(got), "table": blend_table(
+            stored, [r["methods"]["none"]["ranking"] for r in got], [set(r["gold_ids"]) for r in got], 10, blends,
+            np.asarray([r["methods"]["none"]["mrr@10"] for r in got]), blend_with_retriever)}
+    return out
+
+
 def reorder(records: list[Any], order: str, orders_file: str | None) -> list[Any]:
     """Each record with its passages in ``order``: ``given``, or ``bm25`` / ``dense`` from the file."""
     import dataclasses
@@ -148,6 +173,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="MoI's weight of the retriever order, (1 - b) z(u) + b z(prior) (default: MoI's "
                          "'auto', which is 0 here: no retriever scores are passed); the README's BM25-order rows "
                          "use 0.75, chosen on train: benchmarks/moi_designs.py --order bm25")
+    ap.add_argument("--blends", default="0,0.25,0.5,0.75,0.9",
+                    help="blend weights at which MoI's MRR@10 is recomputed from the stored utilities "
+                         "(summary 'blends'; no model calls)")
     ap.add_argument("--calibrate", type=int, default=0,
                     help="calibrate the profile on N questions of --calib-data first (0: use the default)")
     ap.add_argument("--calib-data", default=None, help="default: ../shared/data/hotpotqa/train.jsonl")
@@ -223,7 +251,9 @@ def main(argv: list[str] | None = None) -> int:
             "machine": {"torch_threads": torch.get_num_threads(), "device": gen.device,
                         "gpu": torch.cuda.get_device_name() if gen.device.startswith("cuda") else None},
             "wall_seconds": time.perf_counter() - t_start, "finished": final,
-            "summary": summarise(rows, methods), "per_question": rows,
+            "summary": summarise(rows, methods),
+            "blends": blend_tables(rows, methods, [float(b) for b in args.blends.split(",") if b.strip()]),
+            "per_question": rows,
         }
         write_result(args.out, result)
         return result
@@ -252,6 +282,10 @@ def main(argv: list[str] | None = None) -> int:
                 "answer": o.answer, "ranking": o.ranking.ids(), "order": o.order,
                 "generator_calls": o.generator_calls, "seconds": dt,
             }
+            last = getattr(runners[m].reranker, "last_results", None)
+            if last and last[0].raw_utilities is not None:  # MoI: its raw utilities and fallback, for the blend table
+                row["methods"][m]["utilities"] = [float(x) for x in last[0].raw_utilities]
+                row["methods"][m]["fallback"] = bool(last[0].fallback)
         if rec.id not in kept:
             rows.append(row)
         write(False)
@@ -264,6 +298,9 @@ def main(argv: list[str] | None = None) -> int:
         ci = f"  {d[0]:+.3f} [{d[1]:+.3f}, {d[2]:+.3f}]" if d else ""
         print(f"{m:<16}{s['mrr@10']:>8.3f}{s['recall@2']:>7.3f}{s['em']:>7.3f}{s['f1']:>7.3f}"
               f"{s['generator_calls']:>9.1f}{s['seconds']:>8.1f}{ci}")
+    for m, bt in result["blends"].items():
+        print(f"{m} at blend beta (MRR@10 from stored utilities, n={bt['n']}): " + ", ".join(
+            f"{b['beta']:g}: {b['mrr@10']:.3f} ({b['minus_order'][0]:+.3f})" for b in bt["table"]))
     for m, s in result["summary"].items():
         for b, diffs in s.get("minus", {}).items():
             print(f"{m} minus {b}: " + ", ".join(f"{key} {d[0]:+.3f} [{d[1]:+.3f}, {d[2]:+.3f}]"

@@ -25,3 +25,27 @@ def test_moi_is_paired_against_every_baseline_on_the_questions_all_methods_finis
     assert minus["voting"]["f1"][0] == pytest.approx(1 / 6)
     assert "rouge_l" not in minus["voting"]  # not measured on HotpotQA
     assert "minus" not in s["voting"]
+
+
+def test_blend_table_from_stored_utilities(load_bench) -> None:
+    """Retriever order (p0, p1, p2), gold p2. Utilities (0, 0, 3): z = (−0.707, −0.707, 1.414);
+    prior z(ranks) = (1.225, 0, −1.225). β = 0: p2 first, MRR 1. β = 0.75: blended
+    (0.742, −0.177, −0.565): p0, p1, p2, MRR 1/3. A question that fell back keeps the retriever
+    order at every β (gold p0: MRR 1)."""
+    mq = load_bench("moi_quality")
+    ranking = ["p0", "p1", "p2"]
+    rows = [
+        {"id": "a", "gold_ids": ["p2"], "methods": {
+            "none": {"mrr@10": 1 / 3, "ranking": ranking},
+            "moi_loo_q": {"mrr@10": 1.0, "utilities": [0.0, 0.0, 3.0], "fallback": False}}},
+        {"id": "b", "gold_ids": ["p0"], "methods": {
+            "none": {"mrr@10": 1.0, "ranking": ranking},
+            "moi_loo_q": {"mrr@10": 1.0, "utilities": [0.0, 0.0, 3.0], "fallback": True}}},
+    ]
+    out = mq.blend_tables(rows, ["none", "moi_loo_q"], [0.0, 0.75])
+    table = {b["beta"]: b for b in out["moi_loo_q"]["table"]}
+    assert out["moi_loo_q"]["n"] == 2
+    assert table[0.0]["mrr@10"] == pytest.approx((1.0 + 1.0) / 2)
+    assert table[0.75]["mrr@10"] == pytest.approx((1 / 3 + 1.0) / 2)
+    assert table[0.0]["minus_order"][0] == pytest.approx((2 / 3 + 0.0) / 2)
+    assert mq.blend_tables(rows, ["moi_loo_q"], [0.0]) == {}  # no retriever order to compare with
