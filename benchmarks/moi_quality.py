@@ -14,7 +14,12 @@ self-consistency, MoI with each outcome and design) produces a ranking and a fin
 - paired: each method minus the retriever order (``none``), and each MoI method minus every other
   baseline in ``--methods`` (``summary[m]["minus"][baseline]``), per question, with a 95% bootstrap
   interval (``_stats.paired_ci``);
-- cost: generator sequences per question and wall seconds per question.
+- cost: generator sequences per question and wall seconds per question;
+- answer reach (HotpotQA): whether the gold answer's text is in a gold paragraph as the prompt shows
+  it (after the ``--passage-tokens`` cut): ``yes/no`` answers, ``in_context``, ``cut_away`` (in the
+  full paragraph, not in the cut one) or ``absent``; ``summary_by_reach`` gives each method's MRR@10
+  and F1 per stratum, since an answer-likelihood outcome cannot credit a paragraph whose answer
+  sentence was cut off.
 
 Questions are processed one at a time (every method on question i before question i+1) and the
 JSON is rewritten after each question, so a run stopped by ``--time-budget`` still reports every
@@ -97,6 +102,39 @@ def summarise(rows: list[dict[str, Any]], methods: list[str]) -> dict[str, dict[
                 b: {key: paired_ci([v[key] for v in vals], [r["methods"][b][key] for r in done])
                     for key in ("mrr@10", "recall@2", "f1", "rouge_l") if vals[0].get(key) is not None}
                 for b in others}
+    return out
+
+
+REACH = ("in_context", "cut_away", "absent", "yes/no")
+
+
+def answer_reach(answers: list[str], gold_full: list[str], gold_cut: list[str]) -> str:
+    """Where the gold answer stands in the prompt: ``yes/no``, ``in_context`` (a normalised answer is a
+    substring of a normalised gold body as cut for the prompt), ``cut_away`` (only in the uncut
+    paragraph) or ``absent`` (in no gold paragraph)."""
+    from ragkit.text import normalize_answer
+
+    refs = [normalize_answer(a) for a in answers]
+    refs = [r for r in refs if r]
+    if any(r in ("yes", "no") for r in refs):
+        return "yes/no"
+
+    def has(bodies: list[str]) -> bool:
+        return any(r in normalize_answer(b) for b in bodies for r in refs)
+
+    return "in_context" if has(gold_cut) else "cut_away" if has(gold_full) else "absent"
+
+
+def summarise_by_reach(rows: list[dict[str, Any]], methods: list[str]) -> dict[str, dict[str, Any]]:
+    """Per answer-reach stratum (``answer_reach``): the questions it holds and each method's mean
+    MRR@10 and F1 on them, over the questions all methods finished."""
+    done = [r for r in rows if all(m in r["methods"] for m in methods) and r.get("answer_reach")]
+    out: dict[str, dict[str, Any]] = {}
+    for stratum in REACH:
+        got = [r for r in done if r["answer_reach"] == stratum]
+        if got:
+            out[stratum] = {"n": len(got), **{m: {key: float(np.mean([r["methods"][m][key] for r in got]))
+                                                  for key in ("mrr@10", "f1")} for m in methods}}
     return out
 
 
@@ -201,6 +239,7 @@ def main(argv: list[str] | None = None) -> int:
     from ragkit.debias import PositionProfile, get_method
     from ragkit.eval.metrics import exact_match_max, f1_max
     from ragkit.generation import Generator
+    from ragkit.generation.fitting import fit_passages
 
     t_start = time.perf_counter()
     fmt = detect_format(args.data)
@@ -227,6 +266,7 @@ def main(argv: list[str] | None = None) -> int:
                              **({"profile": profile, **({} if args.blend is None else {"blend": args.blend})}
                                 if m.startswith("moi") else {})) for m in methods}
     rows: list[dict[str, Any]] = []
+    wall_before = 0.0
     if args.resume and os.path.isfile(args.out):
         import json
 
@@ -237,6 +277,7 @@ def main(argv: list[str] | None = None) -> int:
         if same:
             wanted = {r.id for r in records}
             rows = [r for r in old.get("per_question", []) if r["id"] in wanted]
+            wall_before = float(old.get("wall_seconds") or 0.0)
             print(f"resuming: {len(rows)} questions kept from {args.out}", file=sys.stderr)
 
     def write(final: bool) -> dict[str, Any]:
@@ -250,22 +291,34 @@ def main(argv: list[str] | None = None) -> int:
             "profile": {**profile.to_dict(), "model": model_label(profile.model)}, "calibration_seconds": calib_s,
             "machine": {"torch_threads": torch.get_num_threads(), "device": gen.device,
                         "gpu": torch.cuda.get_device_name() if gen.device.startswith("cuda") else None},
-            "wall_seconds": time.perf_counter() - t_start, "finished": final,
+            "wall_seconds": wall_before + time.perf_counter() - t_start, "finished": final,
             "summary": summarise(rows, methods),
+            "summary_by_reach": summarise_by_reach(rows, methods),
             "blends": blend_tables(rows, methods, [float(b) for b in args.blends.split(",") if b.strip()]),
             "per_question": rows,
         }
         write_result(args.out, result)
         return result
 
+    def reach(rec: Any) -> str | None:
+        if fmt != "hotpotqa":
+            return None
+        gold = [j for j, p in enumerate(rec.passages) if p.id in set(rec.gold_ids)]
+        cut = fit_passages(gen.tokenizer, gen.template, rec.question, list(rec.passages), max_length=gen.max_length,
+                           answer_reserve=gen.answer_reserve, passage_max_tokens=gen.passage_max_tokens)
+        return answer_reach(list(rec.answers), [rec.passages[j].text for j in gold], [cut[j] for j in gold])
+
     kept = {r["id"]: r for r in rows}
+    for r in records:  # rows kept from an earlier run get the field too (tokenizer only, no model calls)
+        if r.id in kept and "answer_reach" not in kept[r.id]:
+            kept[r.id]["answer_reach"] = reach(r)
     for i, rec in enumerate(records):
         if args.time_budget and time.perf_counter() - t_start > args.time_budget:
             logging.warning("time budget reached after %d questions", i)
             break
         row: dict[str, Any] = kept.get(rec.id) or {"id": rec.id, "question": rec.question,
                                                    "answers": list(rec.answers), "gold_ids": list(rec.gold_ids),
-                                                   "methods": {}}
+                                                   "answer_reach": reach(rec), "methods": {}}
         if all(m in row["methods"] for m in methods):
             continue
         for m in methods:
@@ -301,6 +354,9 @@ def main(argv: list[str] | None = None) -> int:
     for m, bt in result["blends"].items():
         print(f"{m} at blend beta (MRR@10 from stored utilities, n={bt['n']}): " + ", ".join(
             f"{b['beta']:g}: {b['mrr@10']:.3f} ({b['minus_order'][0]:+.3f})" for b in bt["table"]))
+    for stratum, g in result["summary_by_reach"].items():
+        print(f"answer {stratum} (n={g['n']}): " + ", ".join(
+            f"{m} MRR {g[m]['mrr@10']:.3f} F1 {g[m]['f1']:.3f}" for m in methods))
     for m, s in result["summary"].items():
         for b, diffs in s.get("minus", {}).items():
             print(f"{m} minus {b}: " + ", ".join(f"{key} {d[0]:+.3f} [{d[1]:+.3f}, {d[2]:+.3f}]"

@@ -49,3 +49,27 @@ def test_blend_table_from_stored_utilities(load_bench) -> None:
     assert table[0.75]["mrr@10"] == pytest.approx((1 / 3 + 1.0) / 2)
     assert table[0.0]["minus_order"][0] == pytest.approx((2 / 3 + 0.0) / 2)
     assert mq.blend_tables(rows, ["moi_loo_q"], [0.0]) == {}  # no retriever order to compare with
+
+
+def test_answer_reach_strata(load_bench) -> None:
+    mq = load_bench("moi_quality")
+    full = ["Tinted Windows played their first show in Tulsa, Oklahoma."]
+    assert mq.answer_reach(["Tulsa"], full, full) == "in_context"
+    assert mq.answer_reach(["Tulsa"], full, ["Tinted Windows played their"]) == "cut_away"
+    assert mq.answer_reach(["Boston"], full, full) == "absent"
+    assert mq.answer_reach(["yes"], full, full) == "yes/no"
+    assert mq.answer_reach(["the Tulsa"], ["TULSA!"], ["TULSA!"]) == "in_context"  # SQuAD normalisation
+
+
+def test_summary_by_reach_means_per_stratum(load_bench) -> None:
+    mq = load_bench("moi_quality")
+    rows = [{**_row("a", none=0.5, moi_loo_gold=1.0), "answer_reach": "in_context"},
+            {**_row("b", none=0.0, moi_loo_gold=0.5), "answer_reach": "in_context"},
+            {**_row("c", none=1.0, moi_loo_gold=0.2), "answer_reach": "cut_away"},
+            {**_row("d", none=1.0), "answer_reach": "cut_away"}]  # moi_loo_gold missing: left out
+    s = mq.summarise_by_reach(rows, ["none", "moi_loo_gold"])
+    assert set(s) == {"in_context", "cut_away"}
+    assert s["in_context"]["n"] == 2 and s["cut_away"]["n"] == 1
+    assert s["in_context"]["moi_loo_gold"]["mrr@10"] == pytest.approx(0.75)
+    assert s["in_context"]["none"]["f1"] == pytest.approx(0.25)
+    assert s["cut_away"]["moi_loo_gold"]["mrr@10"] == pytest.approx(0.2)
