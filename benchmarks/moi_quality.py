@@ -9,8 +9,9 @@ self-consistency, MoI with each outcome and design) produces a ranking and a fin
 
 - ranking: gold-passage MRR@10 and recall@2 (``_stats.rank_metrics``; gold = HotpotQA's supporting
   paragraphs, MS MARCO's ``is_selected`` passages);
-- answer: EM / F1 (ragkit.eval.metrics, SQuAD normalisation) of the final generation, and ROUGE-L
-  (rouge-score) on MS MARCO;
+- answer: EM / F1 (ragkit.eval.metrics, SQuAD normalisation) of the final generation, and on MS
+  MARCO ROUGE-L by rouge-score (``rouge_l``) and by the leaderboard's protocol
+  (``rouge_l_official``, ragkit.eval.msmarco_official: spaCy tokens, beta = 1.2);
 - paired: each method minus the retriever order (``none``), and each MoI method minus every other
   baseline in ``--methods`` (``summary[m]["minus"][baseline]``), per question, with a 95% bootstrap
   interval (``_stats.paired_ci``);
@@ -77,7 +78,8 @@ class SharedGenerations:
         return [self._memo[(p, *key)] for p in prompts]
 
 
-METRICS = ("mrr@10", "recall@2", "em", "f1", "rouge_l", "generator_calls", "seconds")
+METRICS = ("mrr@10", "recall@2", "em", "f1", "rouge_l", "rouge_l_official", "generator_calls", "seconds")
+PAIRED = ("mrr@10", "recall@2", "f1", "rouge_l", "rouge_l_official")
 
 
 def summarise(rows: list[dict[str, Any]], methods: list[str]) -> dict[str, dict[str, Any]]:
@@ -93,14 +95,14 @@ def summarise(rows: list[dict[str, Any]], methods: list[str]) -> dict[str, dict[
         out[m]["n"] = len(vals)
         if "none" in methods and m != "none":
             base = [r["methods"]["none"] for r in done]
-            for key in ("mrr@10", "recall@2", "f1", "rouge_l"):
+            for key in PAIRED:
                 if vals[0].get(key) is not None:
                     out[m][f"{key}_minus_none"] = paired_ci([v[key] for v in vals], [b[key] for b in base])
         if m.startswith("moi"):  # MoI minus every baseline run beside it (issue: paired CI per baseline)
             others = [b for b in methods if b != "none" and not b.startswith("moi")]
             out[m]["minus"] = {
                 b: {key: paired_ci([v[key] for v in vals], [r["methods"][b][key] for r in done])
-                    for key in ("mrr@10", "recall@2", "f1", "rouge_l") if vals[0].get(key) is not None}
+                    for key in PAIRED if vals[0].get(key) is not None}
                 for b in others}
     return out
 
@@ -247,8 +249,13 @@ def main(argv: list[str] | None = None) -> int:
                and len(r.passages) >= 2][args.offset: args.offset + args.limit]
     records = reorder(records, args.order, args.orders)
     rouge: Any = None
+    official: Any = None
     if fmt == "msmarco":
         from ragkit.eval.metrics import rouge_l as rouge
+        from ragkit.eval.msmarco_official import answer_metrics
+
+        def official(answer: str, refs: list[str]) -> float | None:
+            return answer_metrics(answer, refs).get("rougeL_official")
     gen = Generator(args.model, device=args.device, passage_max_tokens=args.passage_tokens,
                     batch_size=args.batch_size, show_progress=False)
     calib_s = 0.0
@@ -312,6 +319,10 @@ def main(argv: list[str] | None = None) -> int:
     for r in records:  # rows kept from an earlier run get the field too (tokenizer only, no model calls)
         if r.id in kept and "answer_reach" not in kept[r.id]:
             kept[r.id]["answer_reach"] = reach(r)
+        if r.id in kept and official is not None:  # likewise the official ROUGE-L, from the stored answers
+            for v in kept[r.id]["methods"].values():
+                if v.get("rouge_l_official") is None:
+                    v["rouge_l_official"] = official(v.get("answer") or "", list(r.answers))
     for i, rec in enumerate(records):
         if args.time_budget and time.perf_counter() - t_start > args.time_budget:
             logging.warning("time budget reached after %d questions", i)
@@ -332,6 +343,7 @@ def main(argv: list[str] | None = None) -> int:
                 "mrr@10": mrr, "recall@2": rec2,
                 "em": exact_match_max(o.answer or "", rec.answers), "f1": f1_max(o.answer or "", rec.answers),
                 "rouge_l": rouge(o.answer or "", rec.answers) if rouge else None,
+                "rouge_l_official": official(o.answer or "", list(rec.answers)) if official else None,
                 "answer": o.answer, "ranking": o.ranking.ids(), "order": o.order,
                 "generator_calls": o.generator_calls, "seconds": dt,
             }
@@ -351,6 +363,12 @@ def main(argv: list[str] | None = None) -> int:
         ci = f"  {d[0]:+.3f} [{d[1]:+.3f}, {d[2]:+.3f}]" if d else ""
         print(f"{m:<16}{s['mrr@10']:>8.3f}{s['recall@2']:>7.3f}{s['em']:>7.3f}{s['f1']:>7.3f}"
               f"{s['generator_calls']:>9.1f}{s['seconds']:>8.1f}{ci}")
+    for m, s in result["summary"].items():
+        if s.get("rouge_l") is not None:
+            parts = [f"{key} {s[key]:.3f}" + (f" (minus none {d[0]:+.3f} [{d[1]:+.3f}, {d[2]:+.3f}])"
+                                              if (d := s.get(f"{key}_minus_none")) else "")
+                     for key in ("rouge_l", "rouge_l_official") if s.get(key) is not None]
+            print(f"{m}: " + ", ".join(parts))
     for m, bt in result["blends"].items():
         print(f"{m} at blend beta (MRR@10 from stored utilities, n={bt['n']}): " + ", ".join(
             f"{b['beta']:g}: {b['mrr@10']:.3f} ({b['minus_order'][0]:+.3f})" for b in bt["table"]))

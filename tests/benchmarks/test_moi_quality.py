@@ -73,3 +73,20 @@ def test_summary_by_reach_means_per_stratum(load_bench) -> None:
     assert s["in_context"]["moi_loo_gold"]["mrr@10"] == pytest.approx(0.75)
     assert s["in_context"]["none"]["f1"] == pytest.approx(0.25)
     assert s["cut_away"]["moi_loo_gold"]["mrr@10"] == pytest.approx(0.2)
+
+
+def test_msmarco_rouge_both_protocols_are_paired(load_bench) -> None:
+    """MS MARCO rows carry rouge-score's ROUGE-L and the leaderboard's; both get means and paired
+    differences against ``none`` and every baseline."""
+    mq = load_bench("moi_quality")
+    rows = []
+    for qid, (base, moi, base_off, moi_off) in {"a": (0.2, 0.6, 0.1, 0.5), "b": (0.4, 0.4, 0.3, 0.6)}.items():
+        row = _row(qid, none=0.0, voting=0.0, moi_loo_q=0.0)
+        for m, (r, o) in {"none": (base, base_off), "voting": (base, base_off), "moi_loo_q": (moi, moi_off)}.items():
+            row["methods"][m].update(rouge_l=r, rouge_l_official=o)
+        rows.append(row)
+    s = mq.summarise(rows, ["none", "voting", "moi_loo_q"])
+    assert s["moi_loo_q"]["rouge_l_official"] == pytest.approx(0.55)
+    assert s["moi_loo_q"]["rouge_l_minus_none"][0] == pytest.approx(0.2)
+    assert s["moi_loo_q"]["rouge_l_official_minus_none"][0] == pytest.approx(0.35)
+    assert s["moi_loo_q"]["minus"]["voting"]["rouge_l_official"][0] == pytest.approx(0.35)
