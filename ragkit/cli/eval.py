@@ -94,7 +94,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--no-generate", action="store_true", help="log-prob outcome only (no EM)")
     add_output_args(s, default="ragkit-sweep.json", out_help="JSON result (default ragkit-sweep.json)")
     s.add_argument("--plot", default=None, help="PNG curve path")
+    s.add_argument("--resume", action=argparse.BooleanOptionalAction, default=True,
+                   help="skip contexts already in <out>.partial.jsonl, written 10 questions at a time (default on)")
     _add_common(s)
+    s.add_argument("--dtype", default="auto",
+                   help="weights' dtype: auto (bf16 on CUDA, else fp32), float32, bfloat16 (faster on many CPUs)")
     s.set_defaults(func=_run_sweep)
 
     c = esub.add_parser("consistency", help="retriever / generator / end-to-end consistency across paraphrases")
@@ -116,7 +120,8 @@ def _generator(args: argparse.Namespace) -> Any:
     from ragkit.generation import load_generator
 
     return load_generator(args.model, device=args.device, template=args.template, batch_size=args.batch_size,
-                     passage_max_tokens=args.passage_max_tokens, show_progress=None)
+                          passage_max_tokens=args.passage_max_tokens, show_progress=None,
+                          **({"dtype": args.dtype} if getattr(args, "dtype", "auto") != "auto" else {}))
 
 
 def _run_eval(args: argparse.Namespace) -> int:
@@ -164,8 +169,10 @@ def _run_sweep(args: argparse.Namespace) -> int:
     recs = pool[: args.limit]
     gen = _generator(args)
     t0 = time.perf_counter()
+    partial = Path(args.out).with_name(Path(args.out).name + ".partial.jsonl")
     res = position_sweep(gen, recs, k=args.k, slots=args.slots, pool=pool, seed=args.seed,
-                         max_new_tokens=args.max_new_tokens, generate=not args.no_generate)
+                         max_new_tokens=args.max_new_tokens, generate=not args.no_generate,
+                         partial=partial, resume=args.resume)
     d = res.to_dict()
     d["wall_seconds"] = round(time.perf_counter() - t0, 2)
     d["config"].update({"data_file": args.data_file, "passage_max_tokens": args.passage_max_tokens,
@@ -177,6 +184,7 @@ def _run_sweep(args: argparse.Namespace) -> int:
     text = (markdown_table(["setting", "k", "gold position", "best-subspan EM", "gold mean log-prob", "n"], rows)
             + json.dumps(res.summary, indent=1) + f"\nwrote {args.out}" + (f" and {args.plot}" if args.plot else ""))
     emit(d, args, text)
+    partial.unlink(missing_ok=True)  # the result holds every row now
     return 0
 
 

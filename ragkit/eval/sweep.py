@@ -23,11 +23,13 @@ import logging
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ragkit.eval.metrics import best_subspan_em
+from ragkit.io import append_jsonl, progress, read_appended_jsonl
 from ragkit.text import normalize_answer
 from ragkit.types import Passage, QARecord
 
@@ -147,6 +149,21 @@ class SweepResult:
         return save_figure(fig, path)
 
 
+def _read_sweep_partial(path: Path, fingerprint: dict[str, Any], resume: bool) -> dict[tuple[Any, ...], dict[str, Any]]:
+    """Rows of an earlier sweep with the same settings, keyed by (qid, setting, k, slot); starts the file."""
+    if path.exists() and not resume:
+        path.unlink()
+    rows = read_appended_jsonl(path)
+    if rows and rows[0].get("_sweep") != fingerprint:
+        raise ValueError(f"{path} was written by a sweep with other settings (model, k, slots, seed, questions, "
+                         "passage cut or template); pass --no-resume to start over or choose another --out")
+    if not rows:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.unlink(missing_ok=True)
+        append_jsonl(path, [{"_sweep": fingerprint}])
+    return {(r["qid"], r["setting"], r["k"], r["slot"]): r for r in rows[1:]}
+
+
 def position_sweep(
     generator: Any,
     records: Sequence[QARecord],
@@ -157,6 +174,10 @@ def position_sweep(
     max_new_tokens: int = 16,
     score: bool = True,
     generate: bool = True,
+    partial: str | os.PathLike[str] | None = None,
+    resume: bool = True,
+    chunk_questions: int = 10,
+    show_progress: bool | None = None,
 ) -> SweepResult:
     """Run the lost-in-the-middle position sweep.
 
@@ -178,6 +199,18 @@ def position_sweep(
         Answer length for the EM outcome.
     score, generate
         Compute the log-prob outcome / the EM outcome.
+    partial
+        JSONL file that makes the sweep resumable: the questions are run ``chunk_questions`` at a
+        time and each chunk's per-question rows are appended here (its first line fingerprints the
+        settings). A restarted sweep with the same settings skips the rows already there; other
+        settings raise ``ValueError`` (pass ``resume=False`` to start over). ``None``: one pass,
+        nothing written.
+    resume
+        Reuse ``partial``'s rows (``False``: delete the file first).
+    chunk_questions
+        Questions per chunk (each chunk is one batched ``answer`` and one ``score`` call).
+    show_progress
+        Progress bar over chunks (``None``: on unless ``RAGKIT_NO_PROGRESS`` is set).
 
     Returns
     -------
@@ -203,7 +236,7 @@ def position_sweep(
     distractors = [draw_distractors(r, pool, kmax - 1, rng) for r in recs]
     golds = [_gold_passage(r) for r in recs]
 
-    # Flatten every (question, setting) context into one batch for generation and scoring.
+    # Every (question, setting) context; they run in chunks of questions (one batched call each).
     settings: list[tuple[int, str, int | None, int | None, list[Passage]]] = []
     for i, (g, ds) in enumerate(zip(golds, distractors)):
         assert g is not None
@@ -218,16 +251,45 @@ def position_sweep(
     em = np.full(len(settings), np.nan)
     lp = np.full(len(settings), np.nan)
     preds: list[str] = [""] * len(settings)
-    if generate:
-        preds = list(
-            generator.answer([recs[i].question for i, *_ in settings], [c for *_, c in settings],
-                             max_new_tokens=max_new_tokens)
-        )
-        em = np.array([best_subspan_em(p, recs[i].answers) for p, (i, *_) in zip(preds, settings)])
-    if score:
-        prompts = [generator.build_prompt(recs[i].question, c) for i, *_, c in settings]
-        res = generator.score(prompts, [recs[i].answers[0] for i, *_ in settings])
-        lp = np.asarray(res.mean, dtype=float)
+    config = {"seed": seed, "max_new_tokens": max_new_tokens, "pool_size": len(pool)}
+
+    def per_question_row(j: int) -> dict[str, Any]:
+        i, st, kk, s, ctx = settings[j]
+        return {"qid": recs[i].id, "setting": st, "k": kk, "slot": s, "passage_ids": [c.id for c in ctx],
+                "gold_id": golds[i].id, "prediction": preds[j], "subspan_em": float(em[j]),  # type: ignore[union-attr]
+                "logprob": float(lp[j])}
+
+    todo = list(range(len(settings)))
+    if partial is not None:
+        fingerprint = {**config, "model": str(getattr(generator, "name", "generator")), "k": ks,
+                       "slots": {str(kk): v for kk, v in slot_map.items()}, "score": score, "generate": generate,
+                       "passage_max_tokens": getattr(generator, "passage_max_tokens", None),
+                       "template": getattr(getattr(generator, "template", None), "name", None),
+                       "questions": [r.id for r in recs]}
+        done = _read_sweep_partial(Path(partial), fingerprint, resume)
+        for j, (i, st, kk, s, ctx) in enumerate(settings):
+            row = done.get((recs[i].id, st, kk, s))
+            if row is not None and row["passage_ids"] == [c.id for c in ctx]:
+                preds[j], em[j], lp[j] = row["prediction"], row["subspan_em"], row["logprob"]
+        todo = [j for j in range(len(settings)) if (generate and np.isnan(em[j])) or (score and np.isnan(lp[j]))]
+        if len(todo) < len(settings):
+            logger.info("resuming: %d of %d sweep contexts already in %s", len(settings) - len(todo),
+                        len(settings), partial)
+    chunks: dict[int, list[int]] = {}
+    for j in todo:
+        chunks.setdefault(settings[j][0] // max(1, chunk_questions), []).append(j)
+    for js in progress(list(chunks.values()), show=show_progress, desc="sweep", unit="chunk"):
+        if generate:
+            out = generator.answer([recs[settings[j][0]].question for j in js], [settings[j][4] for j in js],
+                                   max_new_tokens=max_new_tokens)
+            for j, p in zip(js, out):
+                preds[j], em[j] = p, best_subspan_em(p, recs[settings[j][0]].answers)
+        if score:
+            prompts = [generator.build_prompt(recs[settings[j][0]].question, settings[j][4]) for j in js]
+            res = generator.score(prompts, [recs[settings[j][0]].answers[0] for j in js])
+            lp[js] = np.asarray(res.mean, dtype=float)
+        if partial is not None:
+            append_jsonl(partial, [per_question_row(j) for j in js])
 
     rows: list[dict[str, Any]] = []
     keys: list[tuple[str, int | None, int | None]] = [("closed_book", None, None), ("oracle", None, None)]
@@ -261,11 +323,7 @@ def position_sweep(
                 "gap": float(vals[best] - vals[worst]),
             }
         summary[str(kk)] = entry
-    per_q = [
-        {"qid": recs[i].id, "setting": st, "k": kk, "slot": s, "passage_ids": [c.id for c in ctx],
-         "gold_id": golds[i].id, "prediction": p, "subspan_em": float(e), "logprob": float(lpv)}  # type: ignore[union-attr]
-        for (i, st, kk, s, ctx), p, e, lpv in zip(settings, preds, em, lp)
-    ]
+    per_q = [per_question_row(j) for j in range(len(settings))]
     return SweepResult(
         model=str(getattr(generator, "name", "generator")),
         n_questions=len(recs),
@@ -274,5 +332,5 @@ def position_sweep(
         rows=rows,
         per_question=per_q,
         summary=summary,
-        config={"seed": seed, "max_new_tokens": max_new_tokens, "pool_size": len(pool)},
+        config=config,
     )

@@ -86,6 +86,46 @@ def test_position_sweep_tiny(tmp_path: Path, tiny_gen, shared_data: Path) -> Non
     assert np.isnan(again.row("oracle")["subspan_em"])
 
 
+class _Counting:
+    """The tiny generator, counting the contexts it is asked to answer."""
+
+    def __init__(self, gen) -> None:
+        self._gen, self.answered = gen, 0
+
+    def __getattr__(self, name: str):
+        return getattr(self._gen, name)
+
+    def answer(self, questions, contexts, **kw):
+        self.answered += len(questions)
+        return self._gen.answer(questions, contexts, **kw)
+
+
+def test_position_sweep_resumes_from_its_partial_file(tmp_path: Path, tiny_gen, shared_data: Path) -> None:
+    pool = load_nq_open(shared_data / "nq_open" / "nq-open-oracle.jsonl.gz", limit=40)
+    partial = tmp_path / "sweep.json.partial.jsonl"
+    kw = dict(k=4, pool=pool, seed=1, max_new_tokens=3, partial=partial, chunk_questions=1)
+    full = position_sweep(tiny_gen, pool[:3], **kw)
+    lines = partial.read_text().splitlines()
+    assert json.loads(lines[0])["_sweep"]["questions"] == [r.id for r in pool[:3]]
+    assert len(lines) == 1 + 3 * 6  # fingerprint, then closed-book, oracle and 4 slots per question
+    # cut off after the first question, mid-write of the second (a torn line)
+    partial.write_text("\n".join(lines[:7]) + "\n" + lines[7][:20])
+    gen = _Counting(tiny_gen)
+    again = position_sweep(gen, pool[:3], **kw)
+    assert gen.answered == 2 * 6  # only the two unfinished questions ran
+    assert [r["prediction"] for r in again.per_question] == [r["prediction"] for r in full.per_question]
+    assert [r["logprob"] for r in again.per_question] == pytest.approx([r["logprob"] for r in full.per_question],
+                                                                       abs=1e-4)
+    done = _Counting(tiny_gen)
+    position_sweep(done, pool[:3], **kw)
+    assert done.answered == 0  # everything is in the file now
+    with pytest.raises(ValueError, match="other settings"):
+        position_sweep(tiny_gen, pool[:3], **{**kw, "seed": 2})
+    fresh = _Counting(tiny_gen)
+    position_sweep(fresh, pool[:3], **{**kw, "seed": 2, "resume": False})
+    assert fresh.answered == 3 * 6
+
+
 def test_consistency_hand_computed() -> None:
     assert jaccard(["a", "b"], ["b", "c"]) == pytest.approx(1 / 3)
     assert pairwise_mean([1, 2, 3], lambda a, b: float(a + b)) == pytest.approx((3 + 4 + 5) / 3)

@@ -295,6 +295,13 @@ def _json_has(rel: str, pred: Callable[[Any], bool], what: str) -> Check:
     return check
 
 
+def _sweep_done(cwd: Path, fx: Fixtures, r: Result) -> str | None:
+    """The sweep wrote its rows and removed its partial file (the result holds every row)."""
+    if (cwd / "s.json.partial.jsonl").exists():
+        return "s.json.partial.jsonl left behind after a finished sweep"
+    return _json_has("s.json", lambda d: d["rows"], "no rows")(cwd, fx, r)
+
+
 def _still_device(cwd: Path, fx: Fixtures, r: Result) -> str | None:
     import stat
 
@@ -705,7 +712,17 @@ def cases() -> list[Case]:
           r">= 1", fast=True))
     add(C("sweep", "tiny model, 2 questions, k=3", ["eval", "sweep", "--data-file", "{nq}", "--limit", "2", "-k",
                                                     "3", "--model", LM, "--quiet", "--out", "s.json"], "ok",
-          r"wrote s.json", needs="nq", check=_json_has("s.json", lambda d: d["rows"], "no rows")))
+          r"wrote s.json", needs="nq", check=_sweep_done))
+    add(C("sweep", "partial file of other settings", ["eval", "sweep", "--data-file", "{nq}", "--limit", "1", "-k",
+                                                      "3", "--model", LM, "--quiet", "--out", "s.json"], "error",
+          r"other settings|--no-resume", needs="nq",
+          setup=lambda c, f: (c / "s.json.partial.jsonl").write_text('{"_sweep": {"seed": 9}}\n'),
+          may_change=("s.json.partial.jsonl",)))
+    add(C("sweep", "--no-resume over a partial file of other settings",
+          ["eval", "sweep", "--data-file", "{nq}", "--limit", "1", "-k", "3", "--model", LM, "--quiet", "--out",
+           "s.json", "--no-resume"], "ok", r"wrote s.json", needs="nq",
+          setup=lambda c, f: (c / "s.json.partial.jsonl").write_text('{"_sweep": {"seed": 9}}\n'),
+          check=_sweep_done, may_change=("s.json.partial.jsonl",)))
     add(C("consistency", "--limit -1", ["eval", "consistency", "--limit", "-1"], "usage", r">= 1", fast=True))
     add(C("consistency", "--limit 0", ["eval", "consistency", "--limit", "0"], "usage", r">= 1", fast=True))
     add(C("consistency", "--n-paraphrases 0", ["eval", "consistency", "--n-paraphrases", "0"], "usage", r">= 1",
