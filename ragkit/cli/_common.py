@@ -45,17 +45,26 @@ def positive_int(s: str) -> int:
     return _int_at_least(s, 1)
 
 
-def positive_float(s: str) -> float:
-    """``argparse`` type: a finite number > 0 (``nan``, ``inf``, 0 and negatives are refused)."""
+def _float_above(s: str, low: float, strict: bool) -> float:
     import math
 
     try:
         v = float(s)
     except ValueError as e:
         raise argparse.ArgumentTypeError(f"expected a number, got {s!r}") from e
-    if not math.isfinite(v) or v <= 0:
-        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {s}")
+    if not math.isfinite(v) or v < low or (strict and v == low):
+        raise argparse.ArgumentTypeError(f"must be a finite number {'>' if strict else '>='} {low:g}, got {s}")
     return v
+
+
+def positive_float(s: str) -> float:
+    """``argparse`` type: a finite number > 0 (``nan``, ``inf``, 0 and negatives are refused)."""
+    return _float_above(s, 0.0, strict=True)
+
+
+def non_negative_float(s: str) -> float:
+    """``argparse`` type: a finite number >= 0."""
+    return _float_above(s, 0.0, strict=False)
 
 
 def non_negative_int(s: str) -> int:

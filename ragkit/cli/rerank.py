@@ -5,7 +5,15 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ragkit.cli._common import add_data_args, add_k_arg, add_model_args, add_output_args, emit, positive_int
+from ragkit.cli._common import (
+    add_data_args,
+    add_k_arg,
+    add_model_args,
+    add_output_args,
+    emit,
+    non_negative_float,
+    positive_int,
+)
 
 __all__ = ["register", "add_moi_args", "moi_kwargs_from_args", "generator_from_args", "profile_from_args"]
 
@@ -142,7 +150,8 @@ def _bias_profile(args: argparse.Namespace) -> int:
 
     records = load_dataset(args.dataset or "hotpotqa", args.data_file, limit=args.limit)
     prof = PositionProfile.calibrate(generator_from_args(args), records, k=args.k, seed=args.seed,
-                                     data=str(args.data_file))
+                                     data=str(args.data_file),
+                                     **({} if args.shrink_z is None else {"shrink_z": args.shrink_z}))
     prof.save(args.out)
     cached = prof.save_cached()  # MoI picks it up for this (model, template, k) from now on
     if args.plot:
@@ -175,6 +184,10 @@ def register(subparsers: Any) -> None:
     add_k_arg(b, default=10, help="passages per calibration prompt")
     b.add_argument("--seed", type=int, default=0)
     b.add_argument("--plot", default=None, help="PNG of the profile")
+    b.add_argument("--shrink-z", type=non_negative_float, default=None,
+                   help="shrink each slot's effect by this many standard errors over the questions, so that "
+                        "differences within noise tie (default: ragkit.debias.profile.DEFAULT_SHRINK_Z, 1.96; "
+                        "0: raw slot means)")
     add_model_args(b, passage_max_tokens=60)
     add_output_args(b, required=True, result=False, out_help="profile JSON to write")
     b.set_defaults(func=_bias_profile)

@@ -11,9 +11,20 @@ passage at every slot ``j`` among ``k − 1`` fixed
 distractors and score the gold answer's mean log-prob (teacher forcing); also score one
 ordering with the gold absent (a further distractor instead). Then
 
-    a_j ∝ max(0, mean_q o_q(gold at j) − mean_q o_q(gold absent))
+    a_j ∝ max(0, m̃_j − mean_q o_q(gold absent))
 
-normalised to sum to 1; a flat profile is the fallback when every slot is clipped to 0.
+normalised to sum to 1; a flat profile is the fallback when every slot is clipped to 0. ``m̃_j`` is
+the slot's mean outcome with its effect soft-thresholded by its standard error, so that slot
+differences within the noise of a few calibration questions do not steer the placement:
+
+    c_qj = o_q(gold at j) − mean_j' o_q(gold at j')        (question difficulty removed)
+    e_j  = mean_q c_qj,   se_j = sd_q(c_qj) / √Q
+    m̃_j  = mean_qj o_q(gold at j) + sign(e_j) · max(0, |e_j| − z · se_j)
+
+(soft thresholding, Donoho and Johnstone, "Ideal spatial adaptation by wavelet shrinkage",
+Biometrika 1994; ``z = 1.96`` by default, ``z = 0`` gives the raw slot means). Slots whose effects
+shrink to the same value tie, and bias-aware placement fills tied slots in slot order, so a
+profile flat within its noise places a ranking best first.
 
 Which profile MoI uses (:meth:`PositionProfile.for_generator`, issue 14 item 5), per
 (model, template, k):
@@ -48,7 +59,7 @@ import numpy as np
 from ragkit.generation.base import GeneratorLike
 from ragkit.types import Passage, QARecord
 
-__all__ = ["PositionProfile", "DEFAULT_LAST_WEIGHT", "profile_cache_path"]
+__all__ = ["PositionProfile", "DEFAULT_LAST_WEIGHT", "DEFAULT_SHRINK_Z", "profile_cache_path"]
 
 logger = logging.getLogger(__name__)
 
@@ -75,6 +86,19 @@ def _generator_key(generator: GeneratorLike) -> tuple[str, str]:
     name = str(getattr(generator, "name", "unknown"))
     tmpl = str(getattr(getattr(generator, "template", None), "name", "short"))
     return name, tmpl
+
+
+DEFAULT_SHRINK_Z = 1.96
+"""Standard errors by which a calibrated slot effect is soft-thresholded (module docstring)."""
+
+
+def _slot_effects(so: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per-slot effect ``e_j = mean_q c_qj`` and its standard error ``sd_q(c_qj) / √Q`` of the
+    question-centred probe outcomes ``c_qj = o_qj − mean_j' o_qj'`` (zero errors for one question)."""
+    c = so - so.mean(axis=1, keepdims=True)
+    q = so.shape[0]
+    se = c.std(axis=0, ddof=1) / np.sqrt(q) if q >= 2 else np.zeros(so.shape[1])
+    return c.mean(axis=0), se
 
 
 def _normalise(w: np.ndarray) -> np.ndarray:
@@ -153,6 +177,7 @@ class PositionProfile:
         absent_outcomes: np.ndarray,
         model: str = "none",
         template: str = "short",
+        shrink_z: float = DEFAULT_SHRINK_Z,
     ) -> PositionProfile:
         """Profile from gold-passage probe outcomes.
 
@@ -162,20 +187,32 @@ class PositionProfile:
             ``(Q, k)``: outcome of question ``q`` with the gold passage at slot ``j``.
         absent_outcomes
             ``(Q,)``: outcome of question ``q`` with the gold passage absent.
+        shrink_z
+            Soft-threshold each slot's effect by ``shrink_z`` standard errors (module docstring;
+            ``0``: the raw slot means). Needs ``Q >= 2`` questions; with one there is no
+            standard error and nothing is shrunk.
         """
         so = np.atleast_2d(np.asarray(slot_outcomes, dtype=np.float64))
         ab = np.asarray(absent_outcomes, dtype=np.float64).reshape(-1)
         if so.shape[0] != ab.shape[0] or so.shape[0] < 1:
             raise ValueError(f"probe outcomes of shape {so.shape} do not match absent outcomes {ab.shape}")
+        if not np.isfinite(shrink_z) or shrink_z < 0:
+            raise ValueError(f"shrink_z must be a finite number >= 0, got {shrink_z}")
         slot_mean = so.mean(axis=0)
         absent_mean = float(ab.mean())
-        diff = np.clip(slot_mean - absent_mean, 0.0, None)
+        effect, se = _slot_effects(so)
+        shrunk = float(so.mean()) + np.sign(effect) * np.clip(np.abs(effect) - shrink_z * se, 0.0, None)
+        diff = np.clip(shrunk - absent_mean, 0.0, None)
         k = so.shape[1]
         meta = {
             "kind": "calibrated",
             "num_questions": int(so.shape[0]),
             "slot_mean": slot_mean.tolist(),
             "absent_mean": absent_mean,
+            "slot_effect": effect.tolist(),
+            "slot_se": se.tolist(),
+            "shrink_z": float(shrink_z),
+            "shrunk_slot_mean": shrunk.tolist(),
         }
         if diff.sum() <= 1e-12:
             logger.warning("gold-passage probe shows no slot above the gold-absent baseline; using a flat profile")
@@ -192,6 +229,7 @@ class PositionProfile:
         seed: int = 0,
         min_questions: int = 1,
         data: str | None = None,
+        shrink_z: float = DEFAULT_SHRINK_Z,
     ) -> PositionProfile:
         """Measure the profile of ``generator`` with the gold-passage probe (module docstring).
 
@@ -204,6 +242,7 @@ class PositionProfile:
         non-gold passages in their given order, padded with other records' non-gold passages
         (chosen with ``seed``) when a record has fewer than ``k``. All prompts of all
         questions are scored in one batched :meth:`Generator.score_orderings` call.
+        ``shrink_z``: as in :meth:`from_probe`.
         """
         if k < 2:
             raise ValueError(f"calibrating a position profile needs k >= 2 slots, got k={k}")
@@ -246,7 +285,7 @@ class PositionProfile:
         slot = np.stack([m[:k] for m in means])
         absent = np.array([m[k] for m in means])
         name, tmpl = _generator_key(generator)
-        prof = cls.from_probe(slot, absent, model=name, template=tmpl)
+        prof = cls.from_probe(slot, absent, model=name, template=tmpl, shrink_z=shrink_z)
         meta = dict(prof.meta)
         meta.update({"data": data or "records passed to PositionProfile.calibrate", "question_ids": used,
                      "seed": seed})

@@ -196,7 +196,7 @@ def test_placement() -> None:
 def test_profile_from_probe_and_flat_fallback(tmp_path) -> None:
     slot = np.array([[-2.0, -2.5, -1.0], [-2.2, -2.4, -1.2]])
     absent = np.array([-2.4, -2.4])
-    p = PositionProfile.from_probe(slot, absent, model="m")
+    p = PositionProfile.from_probe(slot, absent, model="m", shrink_z=0.0)
     assert np.isclose(p.weights.sum(), 1.0) and p.weights[1] == 0.0 and np.argmax(p.weights) == 2
     # no position signal: every slot equals the gold-absent baseline -> flat
     f = PositionProfile.from_probe(np.full((4, 5), -1.0), np.full(4, -1.0))
@@ -206,6 +206,30 @@ def test_profile_from_probe_and_flat_fallback(tmp_path) -> None:
     assert np.allclose(q.weights, p.weights) and q.model == "m" and q.k == 3
     p.plot(tmp_path / "prof.png")
     assert (tmp_path / "prof.png").stat().st_size > 1000
+
+
+def test_profile_shrinks_slot_effects_within_their_noise() -> None:
+    """Q = 2, k = 3: outcomes (-1, -2, -3) and (-1, -3, -2), gold absent -2.5. Centred per question:
+    (1, 0, -1) and (1, -1, 0): effects e = (1, -0.5, -0.5), standard errors (0, 0.5, 0.5). At z = 1
+    the effects become (1, 0, 0): slot means (-1, -2, -2), weights ∝ (1.5, 0.5, 0.5) = (0.6, 0.2, 0.2).
+    Raw (z = 0): slot means (-1, -2.5, -2.5), weights (1, 0, 0)."""
+    slot = np.array([[-1.0, -2.0, -3.0], [-1.0, -3.0, -2.0]])
+    absent = np.array([-2.5, -2.5])
+    p = PositionProfile.from_probe(slot, absent, shrink_z=1.0)
+    assert np.allclose(p.weights, [0.6, 0.2, 0.2])
+    assert np.allclose(p.meta["slot_effect"], [1.0, -0.5, -0.5]) and np.allclose(p.meta["slot_se"], [0.0, 0.5, 0.5])
+    assert np.allclose(p.meta["shrunk_slot_mean"], [-1.0, -2.0, -2.0])
+    assert np.allclose(PositionProfile.from_probe(slot, absent, shrink_z=0.0).weights, [1.0, 0.0, 0.0])
+    # the noisy slots tie, and tied slots are filled in slot order: the ranking goes in best first
+    assert place([2, 0, 1], "bias_aware", p) == [2, 0, 1]
+    # questions that disagree: raw slot means (-1.833, -2, -2.167) rank the slots, but the effects
+    # (1/6, 0, -1/6) lie within 1.96 standard errors (0.601, 0, 0.601): the default profile is flat
+    noisy = np.array([[-1.0, -2.0, -3.0], [-3.0, -2.0, -1.0], [-1.5, -2.0, -2.5]])
+    assert np.allclose(PositionProfile.from_probe(noisy, np.full(3, -4.0)).weights, 1 / 3)
+    assert np.allclose(PositionProfile.from_probe(noisy, np.full(3, -4.0), shrink_z=0.0).weights,
+                       np.array([13, 12, 11]) / 36)
+    with pytest.raises(ValueError, match="shrink_z"):
+        PositionProfile.from_probe(slot, absent, shrink_z=-1.0)
 
 
 def test_profile_validation_and_resize() -> None:

@@ -823,6 +823,8 @@ def cases() -> list[Case]:
 
     # -- bias-profile
     add(C("bias-profile", "no --out", ["bias-profile", "--data-file", "{hotpot}"], "usage", r"--out", fast=True))
+    add(C("bias-profile", "--shrink-z -1", ["bias-profile", "--data-file", "{hotpot}", "--out", "p.json",
+                                            "--shrink-z", "-1"], "usage", r">= 0", fast=True))
     add(C("bias-profile", "-k 0", ["bias-profile", "--data-file", "{hotpot}", "--out", "p.json", "-k", "0"], "usage",
           r">= 1", fast=True))
     add(C("bias-profile", "--out is a folder", ["bias-profile", "--data-file", "{hotpot}", "--out", "project"],
