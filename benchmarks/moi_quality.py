@@ -107,6 +107,18 @@ def summarise(rows: list[dict[str, Any]], methods: list[str]) -> dict[str, dict[
     return out
 
 
+def answer_scores(fmt: str, answer: str, refs: list[str]) -> dict[str, Any]:
+    """EM and F1 (SQuAD normalisation) of one answer and, on MS MARCO, ROUGE-L by rouge-score and by
+    the leaderboard's protocol, as ``ragkit.eval.runner.answer_metrics`` computes them (``None``
+    elsewhere)."""
+    from ragkit.eval.metrics import exact_match_max, f1_max
+    from ragkit.eval.runner import answer_metrics
+
+    ms = answer_metrics("msmarco", answer, refs) if fmt == "msmarco" else {}
+    return {"em": exact_match_max(answer, refs), "f1": f1_max(answer, refs),
+            "rouge_l": ms.get("rouge_l"), "rouge_l_official": ms.get("rougeL_official")}
+
+
 REACH = ("in_context", "cut_away", "absent", "yes/no")
 
 
@@ -239,7 +251,6 @@ def main(argv: list[str] | None = None) -> int:
 
     from ragkit.datasets import detect_format, load_dataset, load_hotpotqa
     from ragkit.debias import PositionProfile, get_method
-    from ragkit.eval.metrics import exact_match_max, f1_max
     from ragkit.generation import Generator
     from ragkit.generation.fitting import fit_passages
 
@@ -248,14 +259,6 @@ def main(argv: list[str] | None = None) -> int:
     records = [r for r in load_dataset(fmt, args.data, limit=None) if r.gold_ids and r.answers
                and len(r.passages) >= 2][args.offset: args.offset + args.limit]
     records = reorder(records, args.order, args.orders)
-    rouge: Any = None
-    official: Any = None
-    if fmt == "msmarco":
-        from ragkit.eval.metrics import rouge_l as rouge
-        from ragkit.eval.msmarco_official import answer_metrics
-
-        def official(answer: str, refs: list[str]) -> float | None:
-            return answer_metrics(answer, refs).get("rougeL_official")
     gen = Generator(args.model, device=args.device, passage_max_tokens=args.passage_tokens,
                     batch_size=args.batch_size, show_progress=False)
     calib_s = 0.0
@@ -310,7 +313,8 @@ def main(argv: list[str] | None = None) -> int:
     def reach(rec: Any) -> str | None:
         if fmt != "hotpotqa":
             return None
-        gold = [j for j, p in enumerate(rec.passages) if p.id in set(rec.gold_ids)]
+        gold_ids = set(rec.gold_ids)
+        gold = [j for j, p in enumerate(rec.passages) if p.id in gold_ids]
         cut = fit_passages(gen.tokenizer, gen.template, rec.question, list(rec.passages), max_length=gen.max_length,
                            answer_reserve=gen.answer_reserve, passage_max_tokens=gen.passage_max_tokens)
         return answer_reach(list(rec.answers), [rec.passages[j].text for j in gold], [cut[j] for j in gold])
@@ -319,10 +323,11 @@ def main(argv: list[str] | None = None) -> int:
     for r in records:  # rows kept from an earlier run get the field too (tokenizer only, no model calls)
         if r.id in kept and "answer_reach" not in kept[r.id]:
             kept[r.id]["answer_reach"] = reach(r)
-        if r.id in kept and official is not None:  # likewise the official ROUGE-L, from the stored answers
+        if r.id in kept and fmt == "msmarco":  # likewise the official ROUGE-L, from the stored answers
             for v in kept[r.id]["methods"].values():
                 if v.get("rouge_l_official") is None:
-                    v["rouge_l_official"] = official(v.get("answer") or "", list(r.answers))
+                    scores = answer_scores(fmt, v.get("answer") or "", list(r.answers))
+                    v["rouge_l_official"] = scores["rouge_l_official"]
     for i, rec in enumerate(records):
         if args.time_budget and time.perf_counter() - t_start > args.time_budget:
             logging.warning("time budget reached after %d questions", i)
@@ -340,10 +345,7 @@ def main(argv: list[str] | None = None) -> int:
             dt = time.perf_counter() - t0
             mrr, rec2 = rank_metrics(o.ranking.ids(), rec.gold_ids, 10)
             row["methods"][m] = {
-                "mrr@10": mrr, "recall@2": rec2,
-                "em": exact_match_max(o.answer or "", rec.answers), "f1": f1_max(o.answer or "", rec.answers),
-                "rouge_l": rouge(o.answer or "", rec.answers) if rouge else None,
-                "rouge_l_official": official(o.answer or "", list(rec.answers)) if official else None,
+                "mrr@10": mrr, "recall@2": rec2, **answer_scores(fmt, o.answer or "", list(rec.answers)),
                 "answer": o.answer, "ranking": o.ranking.ids(), "order": o.order,
                 "generator_calls": o.generator_calls, "seconds": dt,
             }

@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 from _harness import gpu_epilog, model_label, rel, write_result
 from _stats import paired_ci
+from moi_quality import answer_scores
 
 PAIRED = ("em", "f1", "rouge_l", "rouge_l_official")
 
@@ -93,7 +94,6 @@ def main(argv: list[str] | None = None) -> int:
     from ragkit.debias import PositionProfile
     from ragkit.debias.answerers import SingleAnswerer
     from ragkit.debias.placement import check_placement, place
-    from ragkit.eval.metrics import exact_match_max, f1_max
     from ragkit.generation import Generator
 
     placements = [check_placement(p.strip()) for p in args.placements.split(",") if p.strip()]
@@ -107,15 +107,6 @@ def main(argv: list[str] | None = None) -> int:
     todo_rows = todo_rows[: args.limit]
     fmt = detect_format(run["data"])
     records = {r.id: r for r in load_dataset(fmt, run["data"], limit=None)}
-    rouge: Any = None
-    official: Any = None
-    if fmt == "msmarco":
-        from ragkit.eval.metrics import rouge_l as rouge
-        from ragkit.eval.msmarco_official import answer_metrics
-
-        def official(answer: str, refs: list[str]) -> float | None:
-            return answer_metrics(answer, refs).get("rougeL_official")
-
     gen = Generator(args.model, device=args.device, passage_max_tokens=run["passage_tokens"],
                     batch_size=args.batch_size, show_progress=False)
     if model_label(gen.name) != run["generator"]:
@@ -127,11 +118,6 @@ def main(argv: list[str] | None = None) -> int:
     if "bias_aware" in placements and profile is None:
         raise SystemExit(f"{args.run} stores no profile: leave bias_aware out of --placements")
     answerer = SingleAnswerer(gen, max_new_tokens=run["max_new_tokens"])
-
-    def metrics(answer: str, refs: list[str]) -> dict[str, Any]:
-        return {"answer": answer, "em": exact_match_max(answer, refs), "f1": f1_max(answer, refs),
-                "rouge_l": rouge(answer, refs) if rouge else None,
-                "rouge_l_official": official(answer, refs) if official else None}
 
     rows: dict[str, dict[str, Any]] = {}
     if args.resume and os.path.isfile(args.out):
@@ -169,7 +155,8 @@ def main(argv: list[str] | None = None) -> int:
                     jobs.append((row, pl, [ranked[j] for j in order]))
         results = answerer.answer_many([records[row["id"]].question for row, *_ in jobs], [p for *_, p in jobs])
         for (row, pl, _), res in zip(jobs, results):
-            row["placements"][pl] = metrics(res.answer or "", list(records[row["id"]].answers))
+            answer = res.answer or ""
+            row["placements"][pl] = {"answer": answer, **answer_scores(fmt, answer, list(records[row["id"]].answers))}
         write()
         print(f"{min(start + args.chunk, len(pending))}/{len(pending)} questions", file=sys.stderr)
     write()
