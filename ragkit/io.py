@@ -280,6 +280,29 @@ def append_jsonl(path: str | os.PathLike[str], rows: Iterable[dict[str, Any]]) -
         os.fsync(f.fileno())
 
 
+def resume_appended_jsonl(path: str | os.PathLike[str], header: dict[str, Any], resume: bool, key: str) -> list[Any]:
+    """Open the append-only file of a resumable run: the rows already done, after a header line.
+
+    The file's first line is ``header``; ``header[key]`` fingerprints the settings that produced
+    the rows. With ``resume`` and the same fingerprint, the rows after the header come back (a torn
+    tail is repaired by :func:`read_appended_jsonl`). A file without a complete header (new, empty,
+    or torn while the header was written) holds nothing, so it is started over with ``header``.
+    ``resume=False`` deletes the file first. Another fingerprint raises ``ValueError``: those rows
+    are another run's work and are never mixed in nor silently deleted.
+    """
+    path = Path(path)
+    if path.exists() and not resume:
+        path.unlink()
+    rows = read_appended_jsonl(path)
+    if rows and (not isinstance(rows[0], dict) or rows[0].get(key) != header[key]):
+        raise ValueError(f"{path} was written by a run with other settings; pass --no-resume to start over "
+                         "or choose another --out")
+    if not rows:
+        path.unlink(missing_ok=True)
+        append_jsonl(path, [header])
+    return rows[1:]
+
+
 class LockedError(RuntimeError):
     """Another live process holds the lock on an output that ragkit is about to write."""
 

@@ -38,7 +38,7 @@ from ragkit.eval.metrics import (
     ir_metrics_per_query,
     rouge_l,
 )
-from ragkit.io import append_jsonl, atomic_write_text, progress, read_appended_jsonl, write_json
+from ragkit.io import append_jsonl, atomic_write_text, progress, resume_appended_jsonl, write_json
 from ragkit.types import Passage, QARecord, RankedList
 
 __all__ = [
@@ -275,21 +275,6 @@ def _partial_path(out: Path) -> Path:
     return out.with_name(out.name + ".partial.jsonl")
 
 
-def _read_partial(path: Path, fingerprint: str, resume: bool) -> dict[tuple[str, str], dict[str, Any]]:
-    if not path.exists():
-        return {}
-    if not resume:
-        path.unlink()
-        return {}
-    rows = read_appended_jsonl(path)
-    if not rows or rows[0].get("_fingerprint") != fingerprint:
-        raise ValueError(
-            f"{path} was written by a run with another configuration; pass --no-resume to start over "
-            "or choose another --out"
-        )
-    return {(r["method"], r["qid"]): r for r in rows[1:] if "method" in r}
-
-
 def aggregate(
     rows: Sequence[dict[str, Any]], dataset: str, methods: Sequence[str], n_bootstrap: int, seed: int
 ) -> dict[str, dict[str, Any]]:
@@ -401,10 +386,9 @@ def run_eval(
 
     partial = _partial_path(out_path)
     fp = cfg.fingerprint()
-    done = _read_partial(partial, fp, resume)
-    if not partial.exists():
-        out_path.parent.mkdir(parents=True, exist_ok=True)
-        append_jsonl(partial, [{"_fingerprint": fp, "config": asdict(cfg)}])
+    done = {(r["method"], r["qid"]): r
+            for r in resume_appended_jsonl(partial, {"_fingerprint": fp, "config": asdict(cfg)}, resume,
+                                           key="_fingerprint") if "method" in r}
     if done:
         logger.info("resuming: %d (method, question) outputs already in %s", len(done), partial)
 

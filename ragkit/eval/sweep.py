@@ -23,13 +23,12 @@ import logging
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ragkit.eval.metrics import best_subspan_em
-from ragkit.io import append_jsonl, progress, read_appended_jsonl
+from ragkit.io import append_jsonl, progress, resume_appended_jsonl
 from ragkit.text import normalize_answer
 from ragkit.types import Passage, QARecord
 
@@ -149,21 +148,6 @@ class SweepResult:
         return save_figure(fig, path)
 
 
-def _read_sweep_partial(path: Path, fingerprint: dict[str, Any], resume: bool) -> dict[tuple[Any, ...], dict[str, Any]]:
-    """Rows of an earlier sweep with the same settings, keyed by (qid, setting, k, slot); starts the file."""
-    if path.exists() and not resume:
-        path.unlink()
-    rows = read_appended_jsonl(path)
-    if rows and rows[0].get("_sweep") != fingerprint:
-        raise ValueError(f"{path} was written by a sweep with other settings (model, k, slots, seed, questions, "
-                         "passage cut or template); pass --no-resume to start over or choose another --out")
-    if not rows:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.unlink(missing_ok=True)
-        append_jsonl(path, [{"_sweep": fingerprint}])
-    return {(r["qid"], r["setting"], r["k"], r["slot"]): r for r in rows[1:]}
-
-
 def position_sweep(
     generator: Any,
     records: Sequence[QARecord],
@@ -266,7 +250,8 @@ def position_sweep(
                        "passage_max_tokens": getattr(generator, "passage_max_tokens", None),
                        "template": getattr(getattr(generator, "template", None), "name", None),
                        "questions": [r.id for r in recs]}
-        done = _read_sweep_partial(Path(partial), fingerprint, resume)
+        done = {(r["qid"], r["setting"], r["k"], r["slot"]): r
+                for r in resume_appended_jsonl(partial, {"_sweep": fingerprint}, resume, key="_sweep")}
         for j, (i, st, kk, s, ctx) in enumerate(settings):
             row = done.get((recs[i].id, st, kk, s))
             if row is not None and row["passage_ids"] == [c.id for c in ctx]:

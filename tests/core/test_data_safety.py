@@ -18,6 +18,7 @@ from ragkit.io import (
     atomic_dir,
     check_writable_dir,
     read_appended_jsonl,
+    resume_appended_jsonl,
 )
 
 
@@ -198,3 +199,29 @@ def test_label_file_with_torn_tail_reads(tmp_path: Path) -> None:
     labels = read_labels(f)
     assert [r.qid for r in labels] == ["q1"]
     assert f.read_text() == json.dumps(good) + "\n"
+
+
+# ----------------------------------------------------------------------------- one resume rule for every run
+def test_resume_appended_jsonl_keeps_same_settings_and_refuses_others(tmp_path: Path) -> None:
+    f = tmp_path / "out.json.partial.jsonl"
+    head = {"_fp": "abc", "config": {"k": 10}}
+    assert resume_appended_jsonl(f, head, resume=True, key="_fp") == []
+    assert read_appended_jsonl(f) == [head]  # a new file starts with its header
+    append_jsonl(f, [{"q": 1}, {"q": 2}])
+    assert resume_appended_jsonl(f, head, resume=True, key="_fp") == [{"q": 1}, {"q": 2}]
+    # only the key fingerprints: other header fields may differ
+    assert resume_appended_jsonl(f, {"_fp": "abc", "config": {}}, resume=True, key="_fp") == [{"q": 1}, {"q": 2}]
+    with pytest.raises(ValueError, match="other settings.*--no-resume"):
+        resume_appended_jsonl(f, {"_fp": "xyz"}, resume=True, key="_fp")
+    assert len(read_appended_jsonl(f)) == 3  # the other run's rows are not deleted
+    assert resume_appended_jsonl(f, {"_fp": "xyz"}, resume=False, key="_fp") == []
+    assert read_appended_jsonl(f) == [{"_fp": "xyz"}]
+
+
+def test_resume_appended_jsonl_restarts_a_file_torn_in_its_header(tmp_path: Path) -> None:
+    # killed while the header was written: nothing was done, so the run starts over (the eval
+    # runner used to refuse this file, the sweep restarted it; one rule now)
+    f = tmp_path / "out.json.partial.jsonl"
+    f.write_text('{"_fp": "ab')
+    assert resume_appended_jsonl(f, {"_fp": "abc"}, resume=True, key="_fp") == []
+    assert f.read_text() == '{"_fp": "abc"}\n'
