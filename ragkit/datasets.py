@@ -27,8 +27,6 @@ import itertools
 import json
 import logging
 import os
-import shutil
-import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -204,7 +202,7 @@ def _read_rows(path: str | os.PathLike[str], what: str = "data") -> list[dict[st
     """
     p = _checked_file(path, what)
     if _first_record(p) is not None:
-        return _read_jsonl_any(p)
+        return read_jsonl(p)  # gzipped or not, whatever the file is called
     with _open_text(p) as f:
         try:
             data = json.load(f)
@@ -223,19 +221,6 @@ def _read_rows(path: str | os.PathLike[str], what: str = "data") -> list[dict[st
     if isinstance(data, Mapping):
         return [dict(data)]
     raise ValueError(f"{p}: expected JSON records, got a JSON {type(data).__name__}")
-
-
-def _read_jsonl_any(p: Path) -> list[dict[str, Any]]:
-    """JSONL through :func:`ragkit.io.read_jsonl`; a gzipped file without a ``.gz`` name is unpacked first."""
-    if p.suffix == ".gz":
-        return read_jsonl(p)
-    with open(p, "rb") as f:
-        if f.read(2) != b"\x1f\x8b":
-            return read_jsonl(p)
-    with tempfile.TemporaryDirectory() as tmp:
-        unpacked = Path(tmp) / (p.name + ".gz")
-        shutil.copyfile(p, unpacked)
-        return read_jsonl(unpacked)
 
 
 def format_of_record(raw: Mapping[str, Any]) -> str | None:

@@ -174,37 +174,49 @@ def atomic_dir(path: str | os.PathLike[str], kind: str, overwrite: bool = False)
         raise
 
 
-def read_jsonl(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """Read a JSONL file (``.gz`` too); a bad line raises ``ValueError`` naming the line."""
+def iter_text_lines(path: str | os.PathLike[str]) -> Iterator[tuple[int, str]]:
+    """``(line number, line)`` of a text file, gunzipped when its first bytes are the gzip magic number.
+
+    A truncated or damaged gzip stream and bytes that are not UTF-8 raise ``ValueError`` naming the
+    file and the line reached (they were ``EOFError``/``UnicodeDecodeError`` tracebacks before).
+    """
     import gzip
 
     path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"no such file: {path}")
-    if path.is_dir():
-        raise IsADirectoryError(f"{path} is a folder; pass a JSONL file (one JSON object per line)")
-    opener = gzip.open if path.suffix == ".gz" else open
-    out: list[dict[str, Any]] = []
+    with open(path, "rb") as raw:
+        gz = raw.read(2) == b"\x1f\x8b"
     i = 0
     try:
-        with opener(path, "rt", encoding="utf-8") as f:  # type: ignore[operator]
+        with (gzip.open(path, "rt", encoding="utf-8") if gz else open(path, encoding="utf-8")) as f:
             for i, line in enumerate(f, 1):
-                line = line.strip()
-                if not line:
-                    continue
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise ValueError(f"{path}:{i}: not valid JSON ({e.msg}); fix or remove that line") from e
-                if not isinstance(row, dict):
-                    raise ValueError(f"{path}:{i}: a JSON {type(row).__name__}, expected one JSON object per line "
-                                     '(e.g. {"id": ..., "text": ...})')
-                out.append(row)
+                yield i, line
     except (EOFError, gzip.BadGzipFile, zlib.error) as e:  # a truncated or damaged .gz
         raise ValueError(f"{path}: the compressed file is damaged or cut short after line {i} ({e}); "
                          "download or compress it again") from e
     except UnicodeDecodeError as e:
         raise ValueError(f"{path}:{i + 1}: not UTF-8 text ({e.reason}); is it a JSONL file?") from e
+
+
+def read_jsonl(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """Read a JSONL file (gzipped too); a bad line raises ``ValueError`` naming the line."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"no such file: {path}")
+    if path.is_dir():
+        raise IsADirectoryError(f"{path} is a folder; pass a JSONL file (one JSON object per line)")
+    out: list[dict[str, Any]] = []
+    for i, line in iter_text_lines(path):
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}:{i}: not valid JSON ({e.msg}); fix or remove that line") from e
+        if not isinstance(row, dict):
+            raise ValueError(f"{path}:{i}: a JSON {type(row).__name__}, expected one JSON object per line "
+                             '(e.g. {"id": ..., "text": ...})')
+        out.append(row)
     return out
 
 

@@ -29,7 +29,6 @@ variable, or ``retriever.max_passage_chars`` / ``retriever.max_query_chars``, to
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import importlib
 import json
@@ -43,7 +42,7 @@ from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 
-from ragkit.io import atomic_dir, write_json, write_jsonl
+from ragkit.io import atomic_dir, iter_text_lines, write_json, write_jsonl
 from ragkit.types import Hit, Passage, Query, RankedList, as_query
 
 logger = logging.getLogger(__name__)
@@ -173,26 +172,22 @@ def iter_passages(path: str | os.PathLike[str], max_chars: int | None = None) ->
     if not path.is_file():
         raise FileNotFoundError(f"no such corpus file: {path}")
     limit = max_passage_chars(max_chars)
-    with open(path, "rb") as raw:
-        gz = raw.read(2) == b"\x1f\x8b"
-    opener: Any = gzip.open if gz else open
-    with opener(path, "rt", encoding="utf-8") as f:
-        for i, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            where = f"{path}:{i}: "
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{where}not valid JSON ({e.msg}); fix or remove that line") from e
-            if not isinstance(row, dict):
-                raise ValueError(f"{where}expected a JSON object per line, got {type(row).__name__}")
-            try:
-                p = Passage.from_dict(row)
-            except (TypeError, ValueError) as e:
-                raise ValueError(f"{where}{e}") from e
-            _check_passage_size(p, limit, where)
-            yield p
+    for i, line in iter_text_lines(path):
+        if not line.strip():
+            continue
+        where = f"{path}:{i}: "
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{where}not valid JSON ({e.msg}); fix or remove that line") from e
+        if not isinstance(row, dict):
+            raise ValueError(f"{where}expected a JSON object per line, got {type(row).__name__}")
+        try:
+            p = Passage.from_dict(row)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"{where}{e}") from e
+        _check_passage_size(p, limit, where)
+        yield p
 
 
 def _class_for_kind(kind: Any, where: Path) -> type[Retriever]:

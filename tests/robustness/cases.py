@@ -183,6 +183,13 @@ class Result:
         return f"exit {self.rc}: {msg}" if msg else f"exit {self.rc}"
 
 
+def _both(*setups: Setup) -> Setup:
+    def setup(cwd: Path, fx: Fixtures) -> None:
+        for f in setups:
+            f(cwd, fx)
+    return setup
+
+
 def _w(rel: str, text: str | bytes) -> Setup:
     def setup(cwd: Path, fx: Fixtures) -> None:
         p = cwd / rel
@@ -282,6 +289,18 @@ def _no_file(rel: str) -> Check:
     return check
 
 
+def _only_matches(cwd: Path, fx: Fixtures, r: Result) -> str | None:
+    """BM25 with ``-k`` above the corpus lists the passages a query term weighs on, each once, all
+    scoring above 0 (never padded with the non-matching rest of the corpus)."""
+    ranks = [int(m) for m in re.findall(r'"rank": (\d+)', r.out)]
+    scores = [float(m) for m in re.findall(r'"score": (-?[\d.e+-]+)', r.out)]
+    if not ranks or ranks != list(range(1, len(ranks) + 1)):
+        return f"ranks not 1..n: {ranks[:5]}"
+    if len(scores) != len(ranks) or min(scores) <= 0:
+        return "a listed passage has no positive score (padding with non-matching passages)"
+    return None
+
+
 def _json_has(rel: str, pred: Callable[[Any], bool], what: str) -> Check:
     def check(cwd: Path, fx: Fixtures, r: Result) -> str | None:
         p = cwd / rel
@@ -377,7 +396,8 @@ def cases() -> list[Case]:
     add(C("search", "-k -1", ["search", "--query", "x", "-k", "-1"], "usage", r">= 1", fast=True))
     add(C("search", "-k abc", ["search", "--query", "x", "-k", "abc"], "usage", r"whole number", fast=True))
     add(C("search", "-k larger than the corpus", ["search", "--index", "{index}", "--query", "magazine", "-k",
-                                                   "100000", "--json"], "ok", r'"rank": 60'))
+                                                   "100000", "--json"], "ok", r'"rank": 1,',
+          check=_only_matches))
     add(C("search", "--index missing", ["search", "--index", "nope", "--query", "x"], "error", r"nope", fast=True))
     add(C("search", "--index is a file", ["search", "--index", "notes.txt", "--query", "x"], "error",
           r"notes.txt", fast=True))
@@ -767,8 +787,9 @@ def cases() -> list[Case]:
            "--resume_from_checkpoint", "./no-ckpt", "--max_steps", "1"], "error", r"no-ckpt|checkpoint"))
     add(C("train", "cord resume from a damaged checkpoint",
           ["train", "cord", "--data_file", "{hotpot}", "--output_dir", "r", "--model", LM,
-           "--resume_from_checkpoint", "r/checkpoint-1", "--max_steps", "2"], "error", r"checkpoint",
-          setup=_w("r/checkpoint-1/trainer_state.json", "{torn")))
+           "--resume_from_checkpoint", "r/checkpoint-1", "--max_steps", "2"], "error", r"checkpoint.*damaged",
+          setup=_both(_w("r/.ragkit-artifact.json", '{"kind": "cord-run", "format": 1}'),  # a run folder of ours
+                      _w("r/checkpoint-1/trainer_state.json", "{torn"))))
     add(C("train", "cord --use_cpu false --device cuda-ish", ["train", "cord", "--device", "cuda"],
           "usage|error", r"CUDA|unrecognized", fast=True))
     add(C("train", "psgrpo --limit -1", ["train", "psgrpo", "--limit", "-1", "--output_dir", "r"], "usage|error",

@@ -122,6 +122,21 @@ def test_read_jsonl_names_the_file_for_bad_shapes(tmp_path) -> None:
         read_jsonl(tmp_path)
 
 
+def test_corpus_reader_names_a_truncated_gz(tmp_path) -> None:
+    """`ragkit index --corpus c.jsonl.gz` cut short was an EOFError traceback ("an unexpected error")."""
+    import gzip
+
+    from ragkit.retrievers.base import iter_passages
+
+    gz = tmp_path / "c.jsonl.gz"
+    gz.write_bytes(gzip.compress(b'{"id": "a", "text": "x"}\n' * 200)[:60])
+    with pytest.raises(ValueError, match=r"c\.jsonl\.gz: the compressed file is damaged or cut short"):
+        list(iter_passages(gz))
+    whole = tmp_path / "corpus.data"  # gzipped, whatever the name says
+    whole.write_bytes(gzip.compress(b'{"id": "a", "text": "x"}\n{"id": "b", "text": "y"}\n'))
+    assert [p.id for p in iter_passages(whole)] == ["a", "b"]
+
+
 def test_profile_that_is_not_json_names_the_file(tmp_path) -> None:
     from ragkit.debias.profile import PositionProfile
 
