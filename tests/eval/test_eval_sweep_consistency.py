@@ -155,3 +155,19 @@ def test_paraphrase_sets_and_evaluate(tiny_gen) -> None:
     assert 0.0 <= rep.end_to_end <= 1.0 and len(rep.per_set[0]["outputs_e2e"]) == 3
     no_retr = evaluate_consistency(tiny_gen, recs, sets, k=3, max_new_tokens=3)
     assert no_retr.retriever is None and no_retr.end_to_end is None
+
+
+def test_sweep_plot_names_a_local_model_file_by_its_name(tmp_path):
+    """A GGUF or folder path in the title would print the user's home directory on the figure."""
+    import matplotlib
+
+    from ragkit.eval.sweep import SweepResult
+
+    rows = [{"setting": "closed_book", "k": None, "slot": None, "subspan_em": 0.0, "logprob": -5.0},
+            {"setting": "oracle", "k": None, "slot": None, "subspan_em": 0.5, "logprob": -2.0}]
+    rows += [{"setting": "slot", "k": 4, "slot": s, "subspan_em": 0.1 * s, "logprob": -3.0 - s} for s in (0, 3)]
+    res = SweepResult(model="/home/someone/models/qwen.gguf", n_questions=2, k_values=[4], slots={4: [0, 3]},
+                      rows=rows)
+    with matplotlib.rc_context({"svg.fonttype": "none"}):  # text stays text in the SVG
+        svg = Path(res.plot(tmp_path / "sweep.svg")).read_text(encoding="utf-8")
+    assert "qwen.gguf" in svg and "/home/someone" not in svg
