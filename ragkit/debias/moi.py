@@ -26,7 +26,10 @@ Never worse than the retriever: per query, :func:`~ragkit.debias.estimators.sepa
 whether the interventions separated the passages (an F-test of the fit's explained variance, or,
 for saturated designs, whether the outcome moved and the best passage is an outlier by its
 modified z-score); when they did not, the retriever order
-is kept (``fallback``). Otherwise the utilities are blended with the retriever order,
+is kept (``fallback``; ``"auto"``, the default, applies it to the label-free outcomes only: the
+``gold`` outcome is the reference answer's own log-prob, an oracle and the distillation labels,
+and falling back would replace its ranking with the input order). Otherwise the utilities are
+blended with the retriever order,
 ``(1 − β) z(u) + β z(prior)`` (``blend = β``). The default ``blend="auto"`` takes
 ``β = RETRIEVER_BLEND = 0.75`` for a query that comes with retriever scores (a real retriever's
 list) and ``β = 0`` for one without (an order that may carry no information), the value chosen
@@ -249,6 +252,10 @@ class MoI:
     fallback
         Keep the retriever order for a query whose interventions do not separate the passages
         (:func:`ragkit.debias.estimators.separates` with ``fallback_alpha`` and ``min_spread``).
+        ``"auto"`` (default): on for the label-free outcomes, off for ``gold``, whose utilities are
+        the label itself (the oracle, distillation labels); with the fallback on, 25 of 100
+        HotpotQA dev questions kept their random given order under the reference generator
+        (``loo`` + ``gold``, 128-token passages) and the oracle's MRR@10 fell from 0.879 to 0.827.
     fallback_alpha
         Level of the F-test.
     min_spread, fallback_z
@@ -280,7 +287,7 @@ class MoI:
         alpha: float = 0.01,
         transform: str = "logit",
         blend: float | str = "auto",
-        fallback: bool = True,
+        fallback: bool | str = "auto",
         fallback_alpha: float = 0.05,
         min_spread: float = 1e-2,
         fallback_z: float = 3.5,
@@ -331,7 +338,9 @@ class MoI:
         self.alpha = float(alpha)
         self.transform = transform
         self.blend: float | str = blend if isinstance(blend, str) else float(blend)
-        self.fallback = bool(fallback)
+        if isinstance(fallback, str) and fallback != "auto":
+            raise ValueError(f"fallback must be True, False or 'auto', got {fallback!r}")
+        self.fallback: bool | str = fallback if isinstance(fallback, str) else bool(fallback)
         self.fallback_alpha = float(fallback_alpha)
         self.min_spread = float(min_spread)
         self.fallback_z = float(fallback_z)
@@ -401,6 +410,13 @@ class MoI:
             return RETRIEVER_BLEND if scores is not None else 0.0
         return float(self.blend)
 
+    @property
+    def falls_back(self) -> bool:
+        """Whether the per-query fallback is on (``fallback="auto"``: for every outcome but ``gold``)."""
+        if self.fallback == "auto":
+            return self.outcome != "gold"
+        return bool(self.fallback)
+
     def _rank(self, orderings: list[list[int]], values: np.ndarray, prof: PositionProfile,
               scores: Sequence[float] | None) -> tuple[np.ndarray, bool, dict[str, float], UtilityFit, np.ndarray]:
         """(utilities after the separation test and the blend, fell back?, test stats, fit, blended
@@ -408,7 +424,7 @@ class MoI:
         fit = self._fit(orderings, values, prof, scores)
         ok, stats = separates(fit, alpha=self.fallback_alpha, min_spread=self.min_spread, z_min=self.fallback_z)
         u = blend_with_retriever(fit.utilities, self.blend_for(scores), scores)
-        if self.fallback and not ok:
+        if self.falls_back and not ok:
             return retriever_prior(prof.k, scores), True, stats, fit, u
         return u, False, stats, fit, u
 

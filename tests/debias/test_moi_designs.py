@@ -400,7 +400,7 @@ def test_presence_designs_tiny_lm(gen, design: str) -> None:
     assert r.generator_calls == M + 1 and isinstance(r.answer, str)
     if design == "loo":  # the loo utilities are the drops of the real outcomes
         exp = r.outcomes[0] - r.outcomes[1:]
-        assert r.fallback or np.allclose(r.utilities, exp)
+        assert not r.fallback and np.allclose(r.raw_utilities, exp)  # gold: no fallback (fallback="auto")
     # the gold outcome under the full prompt equals a plain score() of that prompt
     full = [o for o in r.orderings if len(o) == 4]
     if full:
@@ -467,3 +467,28 @@ def test_cli_eval_profile_file(tiny_lm_dir, tmp_path) -> None:
     assert [row["candidates"][i] for i in row["order"]] == row["ranking"][::-1]
     assert main(["eval", "--methods", "none", "--profile", str(tmp_path / "missing.json"),
                  "--out", str(out)]) == 1
+
+
+def test_gold_outcome_never_falls_back_by_default(gen) -> None:
+    """``fallback="auto"``: the gold outcome's utilities are the label (oracle, distillation), so a
+    query whose drops do not pass the separation test still ranks by them; label-free outcomes and
+    ``fallback=True`` keep the input order. ``min_spread`` is set above any drop of the tiny model so
+    that the test fails for every query."""
+    k = 5
+    ps = passages(k)
+    kw = {"design": "loo", "min_spread": 1e3, "blend": 0.0}
+    assert MoI(gen, outcome="gold").falls_back is False and MoI(gen).falls_back is True
+    assert MoI(gen, outcome="gold", fallback=True).falls_back is True
+    (auto,) = MoI(gen, outcome="gold", **kw).run_many(["q"], [ps], answers_list=[["p3"]], generate_answer=False)
+    (forced,) = MoI(gen, outcome="gold", fallback=True, **kw).run_many(["q"], [ps], answers_list=[["p3"]],
+                                                                       generate_answer=False)
+    raw = np.asarray(auto.raw_utilities)
+    assert not auto.fallback and forced.fallback
+    assert np.allclose(auto.utilities, raw) and np.allclose(forced.raw_utilities, raw)
+    assert auto.ranking.ids() == [f"p{j}" for j in sorted(range(k), key=lambda j: (-raw[j], j))]
+    assert forced.ranking.ids() == [f"p{j}" for j in range(k)]
+    assert auto.ranking.ids() != forced.ranking.ids()  # the tiny model's drops are not in input order
+    (q,) = MoI(gen, outcome="question", **kw).run_many(["q"], [ps], generate_answer=False)
+    assert q.fallback and q.ranking.ids() == [f"p{j}" for j in range(k)]
+    with pytest.raises(ValueError, match="'auto'"):
+        MoI(gen, fallback="sometimes")
