@@ -22,6 +22,7 @@ __all__ = [
     "exclusive_lock",
     "LockedError",
     "read_jsonl",
+    "iter_jsonl",
     "write_jsonl",
     "write_json",
     "save_figure",
@@ -197,14 +198,17 @@ def iter_text_lines(path: str | os.PathLike[str]) -> Iterator[tuple[int, str]]:
         raise ValueError(f"{path}:{i + 1}: not UTF-8 text ({e.reason}); is it a JSONL file?") from e
 
 
-def read_jsonl(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """Read a JSONL file (gzipped too); a bad line raises ``ValueError`` naming the line."""
+def iter_jsonl(path: str | os.PathLike[str]) -> Iterator[tuple[int, dict[str, Any]]]:
+    """``(line number, object)`` of a JSONL file (gzipped too), skipping blank lines.
+
+    A line that is not JSON, or is JSON but not an object, raises ``ValueError`` naming the file and
+    the line; a missing path or a folder raises ``FileNotFoundError`` / ``IsADirectoryError``.
+    """
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"no such file: {path}")
     if path.is_dir():
         raise IsADirectoryError(f"{path} is a folder; pass a JSONL file (one JSON object per line)")
-    out: list[dict[str, Any]] = []
     for i, line in iter_text_lines(path):
         line = line.strip()
         if not line:
@@ -216,8 +220,12 @@ def read_jsonl(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
         if not isinstance(row, dict):
             raise ValueError(f"{path}:{i}: a JSON {type(row).__name__}, expected one JSON object per line "
                              '(e.g. {"id": ..., "text": ...})')
-        out.append(row)
-    return out
+        yield i, row
+
+
+def read_jsonl(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """Read a JSONL file (gzipped too); a bad line raises ``ValueError`` naming the line (:func:`iter_jsonl`)."""
+    return [row for _, row in iter_jsonl(path)]
 
 
 def read_appended_jsonl(path: str | os.PathLike[str], with_lines: bool = False) -> list[Any]:

@@ -42,7 +42,7 @@ from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 
-from ragkit.io import atomic_dir, iter_text_lines, write_json, write_jsonl
+from ragkit.io import atomic_dir, iter_jsonl, write_json, write_jsonl
 from ragkit.types import Hit, Passage, Query, RankedList, as_query
 
 logger = logging.getLogger(__name__)
@@ -172,16 +172,8 @@ def iter_passages(path: str | os.PathLike[str], max_chars: int | None = None) ->
     if not path.is_file():
         raise FileNotFoundError(f"no such corpus file: {path}")
     limit = max_passage_chars(max_chars)
-    for i, line in iter_text_lines(path):
-        if not line.strip():
-            continue
+    for i, row in iter_jsonl(path):
         where = f"{path}:{i}: "
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{where}not valid JSON ({e.msg}); fix or remove that line") from e
-        if not isinstance(row, dict):
-            raise ValueError(f"{where}expected a JSON object per line, got {type(row).__name__}")
         try:
             p = Passage.from_dict(row)
         except (TypeError, ValueError) as e:
