@@ -144,7 +144,7 @@ class SweepResult:
             ax.set_ylabel(label)
             ax.grid(alpha=0.3)
         axes[0].legend(fontsize=8)
-        model = os.path.basename(self.model) if os.sep in self.model else self.model  # a local file: its name
+        model = os.path.basename(self.model) if os.path.isabs(self.model) else self.model  # a hub id stays whole
         fig.suptitle(f"Position sweep, {self.n_questions} NQ-open questions, {model}", fontsize=10)
         return save_figure(fig, path)
 

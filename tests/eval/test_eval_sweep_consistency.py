@@ -171,3 +171,7 @@ def test_sweep_plot_names_a_local_model_file_by_its_name(tmp_path):
     with matplotlib.rc_context({"svg.fonttype": "none"}):  # text stays text in the SVG
         svg = Path(res.plot(tmp_path / "sweep.svg")).read_text(encoding="utf-8")
     assert "qwen.gguf" in svg and "/home/someone" not in svg
+    res.model = "Qwen/Qwen2.5-7B-Instruct"  # a hub id keeps its organisation
+    with matplotlib.rc_context({"svg.fonttype": "none"}):
+        svg = Path(res.plot(tmp_path / "hub.svg")).read_text(encoding="utf-8")
+    assert "Qwen/Qwen2.5-7B-Instruct" in svg
