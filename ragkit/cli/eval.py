@@ -20,7 +20,7 @@ SAMPLE_LIMIT = 8
 SAMPLE_PASSAGE_TOKENS = 48
 """Per-passage token cut of a bare ``ragkit eval``."""
 SAMPLE_K = 10
-SAMPLE_METHODS = ("none", "moi_prior", "both_ends")
+SAMPLE_METHODS = ("none", "moi", "moi_prior", "both_ends")
 """Methods of a bare ``ragkit eval``: the given order, MoI (prior design, 3 orderings) and a baseline."""
 DEFAULT_METHODS = ("none",)
 
@@ -53,9 +53,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         description=(
             "Evaluate a RAG pipeline. Without arguments: the bundled HotpotQA sample "
             f"({SAMPLE_LIMIT} questions, passages cut to {SAMPLE_PASSAGE_TOKENS} tokens) with the embedded "
-            f"generator and methods {','.join(SAMPLE_METHODS)} (the given order, MoI with the prior design, "
-            "the lost-in-the-middle reorder), printing each method's difference to the given order with a "
-            "paired bootstrap interval; writes ragkit-eval-report.json and .md in the current directory."
+            f"generator and methods {','.join(SAMPLE_METHODS)} (the given order, MoI's default design, MoI with "
+            "the prior design, the lost-in-the-middle reorder), printing each method's difference to the given "
+            "order with a paired bootstrap interval; writes ragkit-eval-report.json and .md in the current directory."
         ),
     )
     add_data_args(p, dataset_help="hotpotqa | msmarco | nq-open (default: told from --data-file; "

@@ -1,4 +1,5 @@
-"""A bare ``ragkit eval`` shows what the library is for: the given order, MoI (prior design), a baseline, paired."""
+"""A bare ``ragkit eval`` shows what the library is for: the given order, MoI (default and prior designs), a baseline,
+paired."""
 
 from __future__ import annotations
 
@@ -10,11 +11,11 @@ from ragkit.eval.report import paired_text
 from ragkit.eval.runner import paired_differences
 
 
-def test_bare_eval_runs_given_order_moi_prior_and_a_baseline() -> None:
+def test_bare_eval_runs_given_order_both_moi_designs_and_a_baseline() -> None:
     args = build_parser().parse_args(["eval"])
     assert args.methods is None  # chosen by _run_eval: the sample's methods
     assert eval_cli.SAMPLE_METHODS[0] == "none"  # the baseline of the paired differences
-    assert "moi_prior" in eval_cli.SAMPLE_METHODS and len(eval_cli.SAMPLE_METHODS) >= 3
+    assert {"moi", "moi_prior"} <= set(eval_cli.SAMPLE_METHODS) and len(eval_cli.SAMPLE_METHODS) >= 4
     assert build_parser().parse_args(["eval", "--data-file", "x.jsonl"]).methods is None
 
 
