@@ -98,7 +98,17 @@ def gap_bootstrap(sweeps: dict[str, dict[str, Any]], n_boot: int = 1000, seed: i
     return out
 
 
-def main() -> int:
+#: Settings that change a run's numbers; a resume refuses an ``--out`` whose settings differ in one.
+RESULT_KEYS = ("model", "train_file", "sweep_file", "train_limit", "train_k", "steps", "lr", "lam",
+               "passage_max_tokens", "k", "sweep_questions", "generate")
+
+
+def resume_mismatch(prev: dict[str, Any], now: dict[str, Any]) -> list[str]:
+    """The :data:`RESULT_KEYS` on which a stored run's config and this one's differ."""
+    return [k for k in RESULT_KEYS if prev.get(k) != now.get(k)]
+
+
+def main(argv: list[str] | None = None) -> int:
     epilog = gpu_epilog(
         "cord_sweep.py",
         "--model Qwen/Qwen2.5-7B-Instruct --device cuda --train-limit 300 --train-k 10 --k 10 "
@@ -127,7 +137,12 @@ def main() -> int:
     ap.add_argument("--workdir", default="/tmp/cord-real")
     ap.add_argument("--sweep-only", action="store_true",
                     help="sweep the models already in --workdir; keep the training records of --out")
-    a = ap.parse_args()
+    ap.add_argument("--save-steps", type=int, default=25,
+                    help="checkpoint every this many steps (a cut-off run resumes from the last one)")
+    ap.add_argument("--resume", action=argparse.BooleanOptionalAction, default=True,
+                    help="keep the finished sweeps and trainings of an --out with the same settings, run only "
+                         "the rest (default); --no-resume starts over")
+    a = ap.parse_args(argv)
     a.train_file = str(a.train_file or shared_data("hotpotqa", "train.jsonl"))
     a.sweep_file = str(a.sweep_file or shared_data("nq_open", "nq-open-oracle.jsonl.gz"))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -150,20 +165,34 @@ def main() -> int:
         prev = json.loads(Path(a.out).read_text())
         result["train"] = prev.get("train", {})
         result["config"] = {**prev.get("config", {}), "sweep_only": True}
-    result["sweep"]["none"] = _sweep(base, recs, pool, a)
-    save()
+    elif a.resume and Path(a.out).exists():
+        prev = json.loads(Path(a.out).read_text())
+        differ = resume_mismatch(prev.get("config", {}), result["config"])
+        if differ:
+            raise SystemExit(f"{a.out} holds a run with other settings ({', '.join(differ)}); pass --no-resume "
+                             "to start over, or another --out")
+        result["sweep"], result["train"] = prev.get("sweep", {}), prev.get("train", {})
+        logging.info("resuming %s: sweeps done %s, trainings done %s", a.out, sorted(result["sweep"]),
+                     sorted(result["train"]))
+    if "none" not in result["sweep"]:
+        result["sweep"]["none"] = _sweep(base, recs, pool, a)
+        save()
     examples = [] if a.sweep_only else load_examples(a.train_file, limit=a.train_limit, k=a.train_k)
     for loss in a.losses.split(","):
         out = Path(a.workdir) / loss
         if a.sweep_only:
             result["sweep"][loss] = _sweep(_final(out), recs, pool, a)
             continue
-        st = CORDConfig(output_dir=str(out), model=base, loss=loss, lam=a.lam, lora=True, max_steps=a.steps,
-                        per_device_train_batch_size=1, learning_rate=a.lr, passage_max_tokens=a.passage_max_tokens,
-                        save_steps=max(1, a.steps // 2), logging_steps=5, seed=0, resume_from_checkpoint="last")
-        s = train_cord(examples, st)
-        result["train"][loss] = {k: v for k, v in s.items() if k != "settings"}
-        save()
+        if loss in result["sweep"] and loss in result["train"]:
+            continue
+        if loss not in result["train"]:
+            st = CORDConfig(output_dir=str(out), model=base, loss=loss, lam=a.lam, lora=True, max_steps=a.steps,
+                            per_device_train_batch_size=1, learning_rate=a.lr,
+                            passage_max_tokens=a.passage_max_tokens, save_steps=max(1, min(a.save_steps, a.steps)),
+                            logging_steps=5, seed=0, resume_from_checkpoint="last")
+            s = train_cord(examples, st)
+            result["train"][loss] = {k: v for k, v in s.items() if k != "settings"}
+            save()
         result["sweep"][loss] = _sweep(_final(out), recs, pool, a)
         save()
     result["gap_bootstrap"] = gap_bootstrap(result["sweep"])

@@ -1,0 +1,48 @@
+"""benchmarks/cord_sweep.py: a cut-off run resumes where it stopped and refuses another run's file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+
+@pytest.fixture(scope="module")
+def bench(load_bench) -> ModuleType:
+    return load_bench("cord_sweep")
+
+
+def test_resume_keeps_finished_sweeps_and_trainings(
+    bench: ModuleType, tiny_lm_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("RAGKIT_NO_PROGRESS", "1")
+    out = tmp_path / "cord.json"
+    args = ["--out", str(out), "--model", str(tiny_lm_dir), "--train-limit", "3", "--train-k", "3", "--steps", "2",
+            "--passage-max-tokens", "8", "--k", "3", "--sweep-questions", "3", "--losses", "cord",
+            "--workdir", str(tmp_path / "work")]
+    assert bench.main(args) == 0
+    first = json.loads(out.read_text(encoding="utf-8"))
+    assert set(first["sweep"]) == {"none", "cord"} and set(first["train"]) == {"cord"}
+    assert first["train"]["cord"]["global_step"] == 2
+
+    # a run cut off after its trainings: the finished sweep of the base is kept, only the rest runs
+    del first["sweep"]["cord"]
+    out.write_text(json.dumps(first), encoding="utf-8")
+    calls: list[str] = []
+    real = bench._sweep
+    monkeypatch.setattr(bench, "_sweep", lambda path, *a: calls.append(str(path)) or real(path, *a))
+    assert bench.main(args) == 0
+    assert len(calls) == 1 and calls[0].startswith(str(tmp_path / "work" / "cord"))
+    again = json.loads(out.read_text(encoding="utf-8"))
+    assert again["sweep"]["none"] == first["sweep"]["none"]
+    assert again["train"]["cord"]["seconds"] == first["train"]["cord"]["seconds"]  # not trained again
+
+    # a finished run is not run again
+    calls.clear()
+    assert bench.main(args) == 0 and calls == []
+
+    # another run's file is refused by name, not mixed in
+    with pytest.raises(SystemExit, match=r"other settings \(steps\).*--no-resume"):
+        bench.main([*args, "--steps", "3"])
