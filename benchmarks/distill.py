@@ -9,10 +9,14 @@ answers once from the method's prompt order, and we record:
 * forward passes per query (generator sequences; encoder passes for the student) and seconds
   per query, split into reranking and the final answer.
 
-Methods: ``retriever`` (BM25 order), ``moi_cyclic`` (MoI, cyclic design, label-free consensus
-outcome, M = k), ``moi_prior`` (MoI, prior design, M = 3, consensus) and ``student`` (the
-distilled cross-encoder). MoI and the student both place passages with MoI's default bias-aware
-placement (best passage into the heaviest slot of the recency profile).
+Methods: ``retriever`` (BM25 order), ``moi`` (MoI's default: leave-one-out interventions, the
+label-free question-likelihood outcome, blended with the BM25 scores), ``moi_cyclic`` (MoI, cyclic
+design, label-free consensus outcome, M = k), ``moi_prior`` (MoI, prior design, M = 3, consensus)
+and ``student`` (the distilled cross-encoder). MoI and the student both place passages with MoI's
+bias-aware placement (best passage into the heaviest slot of ``--profile``, default the recency
+profile). "Gain kept" compares the student with ``--teacher`` (the MoI method it stands in for).
+``--ranking-only-n`` also scores the dataset's given order, which the student ranks exactly as it
+ranks the BM25 order (a cross-encoder scores each passage alone).
 
 Per-(method, question) results are cached in a JSONL file, so the script is resumable and
 methods can be run in separate invocations (e.g. MoI while the labels are still being made)::
@@ -50,7 +54,7 @@ from ragkit.types import Passage, QARecord, RankedList  # noqa: E402
 
 logger = logging.getLogger("benchmarks.distill")
 
-METHODS = ("retriever", "moi_cyclic", "moi_prior", "student")
+METHODS = ("retriever", "moi", "moi_cyclic", "moi_prior", "student")
 
 
 def bm25_order(rec: QARecord) -> RankedList:
@@ -80,10 +84,13 @@ def run_method(
     generator: Any,
     student: Any,
     batch: int,
+    profile: Any = None,
 ) -> list[dict[str, Any]]:
-    """Run one method on ``recs`` in batches; one result row per question."""
+    """Run one method on ``recs`` in batches; one result row per question (``profile``: the
+    :class:`~ragkit.debias.PositionProfile` of MoI and of the student's placement; None: recency)."""
     from ragkit.debias import MoI, PositionProfile
     from ragkit.debias.placement import place
+    from ragkit.debias.presets import moi_settings
 
     rows: list[dict[str, Any]] = []
     for i in range(0, len(recs), batch):
@@ -97,9 +104,10 @@ def run_method(
             orders = ps
             calls = [0] * len(part)
             enc = [0] * len(part)
-        elif method in ("moi_cyclic", "moi_prior"):
-            moi = (MoI(generator, design="cyclic", outcome="consensus") if method == "moi_cyclic"
-                   else MoI(generator, design="prior", budget=3, outcome="consensus"))
+        elif method in ("moi", "moi_cyclic", "moi_prior"):
+            settings = {"moi": moi_settings("moi"), "moi_cyclic": {"design": "cyclic", "outcome": "consensus"},
+                        "moi_prior": {"design": "prior", "budget": 3, "outcome": "consensus"}}[method]
+            moi = MoI(generator, profile=profile, **settings)
             res = moi.run_many([r.question for r in part], ps, sc, None, generate_answer=False)
             rankings = [x.ranking for x in res]
             orders = [[p[j] for j in x.order] for p, x in zip(ps, res)]
@@ -107,7 +115,7 @@ def run_method(
             enc = [0] * len(part)
         elif method == "student":
             rankings = student.rank_many([r.question for r in part], ps)
-            weights = PositionProfile.recency(k).weights
+            weights = (profile if profile is not None else PositionProfile.recency(k)).weights
             orders = []
             for p, rl in zip(ps, rankings):
                 pos = {q.id: j for j, q in enumerate(p)}
@@ -214,6 +222,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--ranking-only-n", type=int, default=0,
                     help="also rank the first N dev questions with BM25 and the student only (no generator)")
+    ap.add_argument("--profile", default=None,
+                    help="position profile JSON of the generator, for MoI and the student's placement (default: "
+                         "the recency profile); the reference generator's: "
+                         "benchmarks/profiles/qwen2.5-coder-0.5b-instruct-chat-k10.json")
+    ap.add_argument("--teacher", default="moi_cyclic", choices=[m for m in METHODS if m.startswith("moi")],
+                    help="the MoI method whose gain over the retriever the student's 'gain kept' is measured "
+                         "against (the labels' teacher; default moi_cyclic)")
+    ap.add_argument("--machine-note", default="2-core CPU; ratios within one run only",
+                    help="how the machine was loaded during the run (stored in the JSON)")
     args = ap.parse_args(argv)
     args.dev_file = str(args.dev_file or shared_data("hotpotqa", "dev.jsonl"))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
@@ -248,6 +265,11 @@ def main(argv: list[str] | None = None) -> int:
     cache_path = Path(args.cache)
     cache = _cached(cache_path)
     generator = None
+    profile = None
+    if args.profile:
+        from ragkit.debias import PositionProfile
+
+        profile = PositionProfile.load(args.profile)
     # question batches outer, methods inner: an interrupted run leaves complete rows for the
     # questions it finished (the summary uses the questions every method has).
     for i in range(0, len(recs), args.batch):
@@ -261,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
 
                 generator = Generator(args.model, device=args.device, passage_max_tokens=args.passage_max_tokens,
                                       show_progress=False)
-            rows = run_method(m, todo, retr, generator, student, args.batch)
+            rows = run_method(m, todo, retr, generator, student, args.batch, profile)
             append_jsonl(cache_path, rows)
             for row in rows:
                 cache[(m, row["qid"])] = row
@@ -274,14 +296,15 @@ def main(argv: list[str] | None = None) -> int:
             table[m] = summarise(m, [cache[(m, r.id)] for r in common], by_id)
 
     comparison: dict[str, Any] = {}
-    if {"retriever", "moi_cyclic", "student"} <= table.keys():
-        b, t, s = table["retriever"], table["moi_cyclic"], table["student"]
+    if {"retriever", args.teacher, "student"} <= table.keys():
+        b, t, s = table["retriever"], table[args.teacher], table["student"]
         comparison = {
+            "teacher": args.teacher,
             "gain_kept_mrr@10": _kept(s["mrr@10"], b["mrr@10"], t["mrr@10"]),
             "gain_kept_f1": _kept(s["f1"], b["f1"], t["f1"]),
             "gain_kept_em": _kept(s["em"], b["em"], t["em"]),
-            "rerank_speedup_vs_moi_cyclic": t["rerank_s_per_query"] / max(s["rerank_s_per_query"], 1e-9),
-            "total_speedup_vs_moi_cyclic": t["total_s_per_query"] / max(s["total_s_per_query"], 1e-9),
+            "rerank_speedup_vs_teacher": t["rerank_s_per_query"] / max(s["rerank_s_per_query"], 1e-9),
+            "total_speedup_vs_teacher": t["total_s_per_query"] / max(s["total_s_per_query"], 1e-9),
             "student_rerank_at_least_10x_cheaper": t["rerank_s_per_query"] >= 10 * s["rerank_s_per_query"],
         }
     ranking_only: dict[str, Any] | None = None
@@ -292,13 +315,16 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         ranked = student.rank_many([r.question for r in more], [more_retr[r.id].passages() for r in more])
         st_s = (time.perf_counter() - t0) / len(more)
+        given = {r.id: {p.id: float(len(r.passages) - i) for i, p in enumerate(r.passages)} for r in more}
         ranking_only = {
             "n": len(more),
+            "given": ir_metrics(qrels, given, ("mrr@10", "recall@2")),
             "retriever": ir_metrics(qrels, more_retr, ("mrr@10", "recall@2")),
             "student": ir_metrics(qrels, {r.id: rl for r, rl in zip(more, ranked)}, ("mrr@10", "recall@2")),
             "student_rerank_s_per_query": st_s,
         }
-        print(f"ranking only, first {len(more)} dev questions: retriever {ranking_only['retriever']}, "
+        print(f"ranking only, first {len(more)} dev questions: given order {ranking_only['given']}, "
+              f"retriever {ranking_only['retriever']}, "
               f"student {ranking_only['student']} ({st_s:.3f} s/query)")
     label_info: dict[str, Any] | None = None
     if args.labels and Path(args.labels).exists():
@@ -320,7 +346,8 @@ def main(argv: list[str] | None = None) -> int:
         "retriever_order": "per-question BM25 over the 10 paragraphs",
         "generator": args.model or "SmolLM2-135M-Instruct (embedded)",
         "passage_max_tokens": args.passage_max_tokens,
-        "machine": {"note": "shared 2-core CPU, several other jobs running; ratios within one run only"},
+        "profile": rel(args.profile) if args.profile else "recency (default)",
+        "machine": {"note": args.machine_note},
         "methods": table,
         "comparison": comparison,
         "ranking_only": ranking_only,
