@@ -156,7 +156,9 @@ def blend_tables(rows: list[dict[str, Any]], methods: list[str], blends: list[fl
     """Per MoI method, gold MRR@10 at each blend weight ``β`` of ``blends``, recomputed from the
     stored raw utilities and fallbacks (no model calls; ``moi_designs.blend_table``, the retriever
     order being ``none``'s ranking), paired against the retriever order, on the questions all
-    methods finished. The answers are not recomputed: only the run's own ``--blend`` has EM/F1."""
+    methods finished; also the share of questions that fell back and, as ``no_fallback``, the
+    ranking of the raw utilities alone (β = 0, no fallback): what the estimate itself is worth. The
+    answers are not recomputed: only the run's own ``--blend`` has EM/F1."""
     from moi_designs import blend_table
 
     from ragkit.debias.estimators import blend_with_retriever
@@ -171,9 +173,13 @@ def blend_tables(rows: list[dict[str, Any]], methods: list[str], blends: list[fl
             continue
         stored = {"per_question_utilities": [r["methods"][m]["utilities"] for r in got],
                   "per_question_fallback": [r["methods"][m]["fallback"] for r in got]}
-        out[m] = {"n": len(got), "table": blend_table(
-            stored, [r["methods"]["none"]["ranking"] for r in got], [set(r["gold_ids"]) for r in got], 10, blends,
-            np.asarray([r["methods"]["none"]["mrr@10"] for r in got]), blend_with_retriever)}
+        ids = [r["methods"]["none"]["ranking"] for r in got]
+        golds = [set(r["gold_ids"]) for r in got]
+        base = np.asarray([r["methods"]["none"]["mrr@10"] for r in got])
+        raw = {**stored, "per_question_fallback": [False] * len(got)}
+        out[m] = {"n": len(got), "table": blend_table(stored, ids, golds, 10, blends, base, blend_with_retriever),
+                  "fallback_rate": float(np.mean(stored["per_question_fallback"])),
+                  "no_fallback": blend_table(raw, ids, golds, 10, [0.0], base, blend_with_retriever)[0]}
     return out
 
 

@@ -48,6 +48,11 @@ def test_blend_table_from_stored_utilities(load_bench) -> None:
     assert table[0.0]["mrr@10"] == pytest.approx((1.0 + 1.0) / 2)
     assert table[0.75]["mrr@10"] == pytest.approx((1 / 3 + 1.0) / 2)
     assert table[0.0]["minus_order"][0] == pytest.approx((2 / 3 + 0.0) / 2)
+    # without the fallback question b ranks by its utilities too: p2, then the tie p0, p1 in retriever
+    # order, so gold p0 is second (MRR 1/2)
+    assert out["moi_loo_q"]["fallback_rate"] == 0.5
+    assert out["moi_loo_q"]["no_fallback"]["mrr@10"] == pytest.approx((1.0 + 1 / 2) / 2)
+    assert out["moi_loo_q"]["no_fallback"]["beta"] == 0.0
     assert mq.blend_tables(rows, ["moi_loo_q"], [0.0]) == {}  # no retriever order to compare with
 
 
