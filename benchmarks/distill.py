@@ -105,9 +105,7 @@ def run_method(
             calls = [0] * len(part)
             enc = [0] * len(part)
         elif method in ("moi", "moi_cyclic", "moi_prior"):
-            settings = {"moi": moi_settings("moi"), "moi_cyclic": {"design": "cyclic", "outcome": "consensus"},
-                        "moi_prior": {"design": "prior", "budget": 3, "outcome": "consensus"}}[method]
-            moi = MoI(generator, profile=profile, **settings)
+            moi = MoI(generator, profile=profile, **moi_settings(method))  # the library's presets
             res = moi.run_many([r.question for r in part], ps, sc, None, generate_answer=False)
             rankings = [x.ranking for x in res]
             orders = [[p[j] for j in x.order] for p, x in zip(ps, res)]
@@ -225,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profile", default=None,
                     help="position profile JSON of the generator, for MoI and the student's placement (default: "
                          "the recency profile); the reference generator's: "
-                         "benchmarks/profiles/qwen2.5-coder-0.5b-instruct-chat-k10.json")
+                         "benchmarks/profiles/qwen2.5-coder-0.5b-instruct-chat-k10-shrunk.json")
     ap.add_argument("--teacher", default="moi_cyclic", choices=[m for m in METHODS if m.startswith("moi")],
                     help="the MoI method whose gain over the retriever the student's 'gain kept' is measured "
                          "against (the labels' teacher; default moi_cyclic)")

@@ -21,7 +21,7 @@ SAMPLE_PASSAGE_TOKENS = 48
 """Per-passage token cut of a bare ``ragkit eval``."""
 SAMPLE_K = 10
 SAMPLE_METHODS = ("none", "moi", "moi_prior", "both_ends")
-"""Methods of a bare ``ragkit eval``: the given order, MoI (prior design, 3 orderings) and a baseline."""
+"""Methods of a bare ``ragkit eval``: the given order, MoI (default design; prior design, 3 orderings), a baseline."""
 DEFAULT_METHODS = ("none",)
 
 
