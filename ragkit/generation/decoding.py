@@ -28,7 +28,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["chunks", "keep_argument", "forward_logits", "decode_loop", "generate", "pick"]
+__all__ = ["chunks", "keep_argument", "cache_argument", "forward_logits", "decode_loop", "generate", "pick"]
 
 
 def chunks(n: int, size: int) -> Iterator[range]:
@@ -47,6 +47,19 @@ def keep_argument(model: Any) -> str | None:
         if name in params:
             return name
     return None
+
+
+def cache_argument(model: Any) -> str:
+    """The name under which the model's forward takes the KV cache.
+
+    transformers 5.24 renamed ``past_key_values`` to ``cache`` (the old name warns on every call
+    and is removed in 5.40); older releases and custom models take ``past_key_values``.
+    """
+    try:
+        params = inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):  # pragma: no cover - exotic wrappers
+        return "past_key_values"
+    return "cache" if "cache" in params else "past_key_values"
 
 
 def forward_logits(
@@ -68,13 +81,15 @@ def forward_logits(
     kw: dict[str, Any] = {}
     if gen._keep_arg is not None:
         kw[gen._keep_arg] = keep
+    kw[gen._cache_arg] = past
     out = gen.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                    past_key_values=past, use_cache=past is not None, **kw)
+                    use_cache=past is not None, **kw)
     logits = out.logits[:, -keep:].float()
     new = int(attention_mask[:, -width:].sum())
     gen.counters["forwards"] += 1
     gen.counters["prefill_tokens" if width > 1 else "decode_tokens"] += new
-    return logits, getattr(out, "past_key_values", None)
+    cache = out.get("cache") if "cache" in out else out.get("past_key_values")
+    return logits, cache
 
 
 def pick(logits: torch.Tensor, temperature: float, top_p: float, rng: torch.Generator | None) -> torch.Tensor:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from ragkit.generation import decoding, scoring
 from ragkit.generation.base import CandidateFn, OrderingRun, ScoreResult
-from ragkit.generation.decoding import keep_argument
+from ragkit.generation.decoding import cache_argument, keep_argument
 from ragkit.generation.fitting import answer_text, encode_answers, encode_prompts, encode_texts, fit_passages
 from ragkit.generation.prompts import PromptTemplate, get_template
 from ragkit.text import extract_answer
@@ -152,6 +152,7 @@ class Generator:
                 eos.update(int(e) for e in src)
         self._eos_ids = sorted(eos)
         self._keep_arg = keep_argument(model)
+        self._cache_arg = cache_argument(model)
         self.counters: dict[str, int] = {"prefill_tokens": 0, "decode_tokens": 0, "forwards": 0}
 
     # ------------------------------------------------------------------ properties

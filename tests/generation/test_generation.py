@@ -113,6 +113,29 @@ def test_greedy_batched_generate_equals_one_by_one(gen: Generator, passages: lis
     assert all(isinstance(t, str) for t in batched)
 
 
+def test_greedy_decoding_uses_the_cache_under_its_current_name(gen: Generator) -> None:
+    """Greedy decoding with the KV cache equals re-running the full sequence at every step, and
+    passes the cache under the name the installed transformers takes (no deprecation warning)."""
+    import warnings
+
+    from transformers import AutoTokenizer
+
+    prompt = "Paris is the capital of"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        out = gen.generate([prompt], max_new_tokens=5)[0]
+    tok = AutoTokenizer.from_pretrained(gen.model.name_or_path)
+    ids = tok(prompt, return_tensors="pt").input_ids
+    with torch.no_grad():
+        for _ in range(5):
+            nxt = gen.model(input_ids=ids).logits[0, -1].argmax()
+            if int(nxt) in gen._eos_ids:
+                break
+            ids = torch.cat([ids, nxt.view(1, 1)], dim=1)
+    n = len(tok(prompt).input_ids)
+    assert out.strip() == tok.decode(ids[0, n:], skip_special_tokens=True).strip()
+
+
 def test_sampling_is_seeded_and_returns_n(gen: Generator) -> None:
     prompts = ["The quick brown fox", "Paris is the capital"]
     a = gen.generate(prompts, max_new_tokens=8, temperature=1.0, n=3, seed=7)
