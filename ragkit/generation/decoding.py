@@ -88,8 +88,7 @@ def forward_logits(
     new = int(attention_mask[:, -width:].sum())
     gen.counters["forwards"] += 1
     gen.counters["prefill_tokens" if width > 1 else "decode_tokens"] += new
-    cache = out.get("cache") if "cache" in out else out.get("past_key_values")
-    return logits, cache
+    return logits, out.get(gen._cache_arg)  # the output field has the argument's name
 
 
 def pick(logits: torch.Tensor, temperature: float, top_p: float, rng: torch.Generator | None) -> torch.Tensor:
