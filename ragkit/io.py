@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
 import tempfile
 import zlib
 from collections.abc import Iterable, Iterator
@@ -29,7 +30,38 @@ __all__ = [
     "append_jsonl",
     "progress_enabled",
     "progress",
+    "creation_mode",
 ]
+
+
+def _umask() -> int:
+    """The process's umask (read from ``/proc`` where it can be, so no thread sees it changed)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def creation_mode(path: str | os.PathLike[str], directory: bool = False) -> int:
+    """Permission bits an atomic write gives ``path``: those of what it replaces (a folder for
+    ``directory=True``, else a file), else what ``open``/``mkdir`` would give under the umask.
+
+    ``tempfile.mkstemp``/``mkdtemp`` create private (0600/0700) temp files; renamed into place
+    as they are, a report or index the user shares would become unreadable to others, and a
+    rewritten file would lose the mode its owner gave it.
+    """
+    try:
+        st = Path(path).stat()
+        if stat.S_ISDIR(st.st_mode) == directory:
+            return stat.S_IMODE(st.st_mode)
+    except OSError:
+        pass
+    return (0o777 if directory else 0o666) & ~_umask()
 
 
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
@@ -49,11 +81,13 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
         return
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
+        mode = creation_mode(path)
         fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
     except OSError as e:
         raise OSError(e.errno, f"could not write {path}: {e.strerror} ({e.filename or path.parent})") from None
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
+            os.fchmod(f.fileno(), mode)
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
@@ -155,8 +189,10 @@ def atomic_dir(path: str | os.PathLike[str], kind: str, overwrite: bool = False)
     path = Path(path)
     check_writable_dir(path, kind, overwrite)
     path.parent.mkdir(parents=True, exist_ok=True)
+    mode = creation_mode(path, directory=True)
     tmp = Path(tempfile.mkdtemp(prefix=path.name + ".tmp-", dir=path.parent))
     try:
+        tmp.chmod(mode)
         yield tmp
         (tmp / ARTIFACT_MARKER).write_text(json.dumps({"kind": kind, "format": 1}) + "\n", encoding="utf-8")
         check_writable_dir(path, kind, overwrite)  # again: something may have appeared meanwhile
@@ -410,10 +446,12 @@ def save_figure(fig: Any, path: str | os.PathLike[str], dpi: int = 120, tight: b
 
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
+    mode = creation_mode(p)
     fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=p.suffix or ".png")
     os.close(fd)
     try:
         fig.savefig(tmp, dpi=dpi, bbox_inches="tight" if tight else None)
+        os.chmod(tmp, mode)
         os.replace(tmp, p)
     finally:
         Path(tmp).unlink(missing_ok=True)

@@ -27,6 +27,8 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ragkit.io import creation_mode
+
 if TYPE_CHECKING:  # pragma: no cover
     import torch
     from sentence_transformers import SentenceTransformer
@@ -202,6 +204,7 @@ def _convert_gguf_to_safetensors(gguf_dir: Path, gguf_file: str, out: Path) -> N
     _check_writable(out.parent)
     tmp = Path(tempfile.mkdtemp(prefix=out.name + ".tmp-", dir=out.parent))
     try:
+        tmp.chmod(creation_mode(out, directory=True))  # mkdtemp's 0700 would keep the cache from other users
         model.save_pretrained(tmp, safe_serialization=True)
         tok.save_pretrained(tmp)
         if out.exists():  # another process won the race

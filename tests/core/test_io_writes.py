@@ -51,3 +51,40 @@ def test_save_figure_png_and_pdf(tmp_path: Path) -> None:
     assert (tmp_path / "f.png").read_bytes()[:4] == b"\x89PNG"
     assert (tmp_path / "f.pdf").read_bytes()[:4] == b"%PDF"
     assert sorted(x.name for x in tmp_path.iterdir()) == ["f.pdf", "f.png"]
+
+
+def test_atomic_writes_keep_the_umask_and_the_replaced_mode(tmp_path: Path) -> None:
+    """A new file gets what ``open`` would give under the umask (not mkstemp's private 0600), a new
+    artifact folder what ``mkdir`` would (not mkdtemp's 0700), and a rewrite keeps the old mode."""
+    import os
+    import stat
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from ragkit.io import atomic_dir
+
+    mode = lambda p: stat.S_IMODE(p.stat().st_mode)  # noqa: E731
+    old = os.umask(0o022)
+    try:
+        p = tmp_path / "r.json"
+        write_json(p, {"a": 1})
+        assert mode(p) == 0o644
+        p.chmod(0o640)
+        write_json(p, {"a": 2})
+        assert mode(p) == 0o640 and json.loads(p.read_text()) == {"a": 2}
+        fig = tmp_path / "f.png"
+        save_figure(plt.figure(), fig)
+        assert mode(fig) == 0o644
+        d = tmp_path / "index"
+        with atomic_dir(d, "index") as tmp:
+            (tmp / "x.txt").write_text("x")
+        assert mode(d) == 0o755
+        d.chmod(0o750)
+        with atomic_dir(d, "index", overwrite=True) as tmp:
+            (tmp / "x.txt").write_text("y")
+        assert mode(d) == 0o750 and (d / "x.txt").read_text() == "y"
+    finally:
+        os.umask(old)
