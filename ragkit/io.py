@@ -31,6 +31,7 @@ __all__ = [
     "progress_enabled",
     "progress",
     "creation_mode",
+    "temp_dir_beside",
 ]
 
 
@@ -62,6 +63,19 @@ def creation_mode(path: str | os.PathLike[str], directory: bool = False) -> int:
     except OSError:
         pass
     return (0o777 if directory else 0o666) & ~_umask()
+
+
+def temp_dir_beside(path: str | os.PathLike[str]) -> Path:
+    """A new temp folder beside ``path`` (to be renamed onto it) with :func:`creation_mode`'s bits,
+    not ``mkdtemp``'s private 0700."""
+    path = Path(path)
+    tmp = Path(tempfile.mkdtemp(prefix=path.name + ".tmp-", dir=path.parent))
+    try:
+        tmp.chmod(creation_mode(path, directory=True))
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return tmp
 
 
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
@@ -189,10 +203,8 @@ def atomic_dir(path: str | os.PathLike[str], kind: str, overwrite: bool = False)
     path = Path(path)
     check_writable_dir(path, kind, overwrite)
     path.parent.mkdir(parents=True, exist_ok=True)
-    mode = creation_mode(path, directory=True)
-    tmp = Path(tempfile.mkdtemp(prefix=path.name + ".tmp-", dir=path.parent))
+    tmp = temp_dir_beside(path)
     try:
-        tmp.chmod(mode)
         yield tmp
         (tmp / ARTIFACT_MARKER).write_text(json.dumps({"kind": kind, "format": 1}) + "\n", encoding="utf-8")
         check_writable_dir(path, kind, overwrite)  # again: something may have appeared meanwhile

@@ -27,7 +27,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ragkit.io import creation_mode
+from ragkit.io import temp_dir_beside
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -202,9 +202,8 @@ def _convert_gguf_to_safetensors(gguf_dir: Path, gguf_file: str, out: Path) -> N
     model.hf_quantizer = None
     model.is_quantized = False
     _check_writable(out.parent)
-    tmp = Path(tempfile.mkdtemp(prefix=out.name + ".tmp-", dir=out.parent))
+    tmp = temp_dir_beside(out)
     try:
-        tmp.chmod(creation_mode(out, directory=True))  # mkdtemp's 0700 would keep the cache from other users
         model.save_pretrained(tmp, safe_serialization=True)
         tok.save_pretrained(tmp)
         if out.exists():  # another process won the race

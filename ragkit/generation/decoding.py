@@ -37,16 +37,18 @@ def chunks(n: int, size: int) -> Iterator[range]:
         yield range(start, min(n, start + size))
 
 
+def _forward_parameters(model: Any) -> frozenset[str]:
+    """Parameter names of ``model.forward`` (empty when its signature cannot be read)."""
+    try:
+        return frozenset(inspect.signature(model.forward).parameters)
+    except (TypeError, ValueError):  # pragma: no cover - exotic wrappers
+        return frozenset()
+
+
 def keep_argument(model: Any) -> str | None:
     """The name of the model forward's "compute logits only for the last positions" argument."""
-    try:
-        params = inspect.signature(model.forward).parameters
-    except (TypeError, ValueError):  # pragma: no cover - exotic wrappers
-        return None
-    for name in ("logits_to_keep", "num_logits_to_keep"):
-        if name in params:
-            return name
-    return None
+    params = _forward_parameters(model)
+    return next((name for name in ("logits_to_keep", "num_logits_to_keep") if name in params), None)
 
 
 def cache_argument(model: Any) -> str:
@@ -55,11 +57,7 @@ def cache_argument(model: Any) -> str:
     transformers 5.24 renamed ``past_key_values`` to ``cache`` (the old name warns on every call
     and is removed in 5.40); older releases and custom models take ``past_key_values``.
     """
-    try:
-        params = inspect.signature(model.forward).parameters
-    except (TypeError, ValueError):  # pragma: no cover - exotic wrappers
-        return "past_key_values"
-    return "cache" if "cache" in params else "past_key_values"
+    return "cache" if "cache" in _forward_parameters(model) else "past_key_values"
 
 
 def forward_logits(
