@@ -14,6 +14,7 @@ def bench(load_bench) -> ModuleType:
     return load_bench("cord_sweep")
 
 
+@pytest.mark.usefixtures("shared_data")  # the script reads ../shared/data
 def test_resume_keeps_finished_sweeps_and_trainings(
     bench: ModuleType, tiny_lm_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -28,6 +28,7 @@ def test_summary_pairs_each_placement_with_the_stored_answers(load_bench) -> Non
     assert "rouge_l" not in ranked["all"]  # not measured on HotpotQA
 
 
+@pytest.mark.usefixtures("shared_data")  # the script reads ../shared/data
 def test_bias_aware_reproduces_the_stored_moi_answers(load_bench, tiny_lm_dir: Path, tmp_path: Path) -> None:
     """The run's own placement, re-answered, gives the answers moi_quality stored: the script answers
     exactly as the method does, so another placement's difference is the placement's."""

@@ -22,6 +22,7 @@ def test_paired_block_is_set_by_set(load_bench) -> None:
     assert "em" not in d  # not in the sets
 
 
+@pytest.mark.usefixtures("shared_data")  # the script reads ../shared/data
 def test_two_gold_weights_on_the_same_sets_then_resume(load_bench, tiny_lm_dir: Path, tmp_path: Path,
                                                       caplog) -> None:
     pr = load_bench("psgrpo_run")
