@@ -97,7 +97,6 @@ def run_method(
         part = recs[i : i + batch]
         ps = [retr[r.id].passages() for r in part]
         sc = [retr[r.id].scores() for r in part]
-        k = len(ps[0])
         t0 = time.perf_counter()
         if method == "retriever":
             rankings = [retr[r.id] for r in part]
@@ -113,11 +112,12 @@ def run_method(
             enc = [0] * len(part)
         elif method == "student":
             rankings = student.rank_many([r.question for r in part], ps)
-            weights = (profile if profile is not None else PositionProfile.recency(k)).weights
             orders = []
             for p, rl in zip(ps, rankings):
                 pos = {q.id: j for j, q in enumerate(p)}
-                order = place([pos[h.passage.id] for h in rl], "bias_aware", weights)
+                # a question may have fewer passages than the profile's k: place() resizes a profile
+                prof = profile if profile is not None else PositionProfile.recency(len(p))
+                order = place([pos[h.passage.id] for h in rl], "bias_aware", prof)
                 orders.append([p[j] for j in order])
             calls = [0] * len(part)
             enc = [len(p) for p in ps]

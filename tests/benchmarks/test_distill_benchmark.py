@@ -27,7 +27,11 @@ def test_default_moi_teacher_profile_placement_and_given_order(
     student = tmp_path / "student"
     DistilledReranker.from_base(str(tiny_encoder_dir), device="cpu", max_length=64, seed=0).save_pretrained(student)
     dev = tmp_path / "dev.jsonl"
-    recs = hotpot_dev_records[:3]
+    recs = [dict(r) for r in hotpot_dev_records[:3]]
+    # one question with 9 paragraphs (HotpotQA dev has some): the 10-slot profile must be resized for it
+    ctx, gold_titles = recs[1]["context"], set(recs[1]["supporting_facts"]["title"])
+    drop = max(i for i, t in enumerate(ctx["title"]) if t not in gold_titles)
+    recs[1]["context"] = {key: [v for i, v in enumerate(vals) if i != drop] for key, vals in ctx.items()}
     dev.write_text("".join(json.dumps(r) + "\n" for r in recs), encoding="utf-8")
     w = np.linspace(1.0, 0.1, 10)  # primacy: the heaviest slot is the first, unlike the recency default
     prof = tmp_path / "profile.json"
@@ -43,6 +47,7 @@ def test_default_moi_teacher_profile_placement_and_given_order(
     assert res["profile"].endswith("profile.json")
     rows = [json.loads(line) for line in cache.read_text(encoding="utf-8").splitlines()]
     assert {r["method"] for r in rows} == {"retriever", "moi", "student"}
+    assert sorted(len(r["order"]) for r in rows if r["method"] == "student") == [9, 10, 10]
     for r in rows:
         if r["method"] == "student":
             assert r["order"][0] == r["ranking"][0]  # best passage into the profile's heaviest slot
