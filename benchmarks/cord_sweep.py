@@ -32,6 +32,12 @@ def _final(run: Path) -> str:
     return str(run / "final") if (run / "final" / "config.json").exists() else str(run)
 
 
+def _trained(run: Path) -> bool:
+    """Whether a CORD run folder holds its trained model (merged weights or a LoRA adapter)."""
+    final = Path(_final(run))
+    return (final / "config.json").exists() or (final / "adapter_config.json").exists()
+
+
 def _sweep(model_path: str | None, recs: list, pool: list, args: argparse.Namespace) -> dict[str, Any]:
     from ragkit.eval.sweep import position_sweep
     from ragkit.generation import Generator
@@ -185,6 +191,10 @@ def main(argv: list[str] | None = None) -> int:
             continue
         if loss in result["sweep"] and loss in result["train"]:
             continue
+        if loss in result["train"] and not _trained(out):
+            logging.warning("%s: %s is recorded as trained but %s holds no model (another machine's --workdir?); "
+                            "training it again", a.out, loss, out)
+            del result["train"][loss]
         if loss not in result["train"]:
             st = CORDConfig(output_dir=str(out), model=base, loss=loss, lam=a.lam, lora=True, max_steps=a.steps,
                             per_device_train_batch_size=1, learning_rate=a.lr,

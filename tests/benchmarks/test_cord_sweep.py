@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from types import ModuleType
 
@@ -43,6 +44,15 @@ def test_resume_keeps_finished_sweeps_and_trainings(
     # a finished run is not run again
     calls.clear()
     assert bench.main(args) == 0 and calls == []
+
+    # a training recorded in the JSON whose --workdir is gone (a new machine): trained again, not a crash
+    del again["sweep"]["cord"]
+    out.write_text(json.dumps(again), encoding="utf-8")
+    shutil.rmtree(tmp_path / "work" / "cord")
+    assert bench.main(args) == 0
+    redone = json.loads(out.read_text(encoding="utf-8"))
+    assert set(redone["sweep"]) == {"none", "cord"} and redone["train"]["cord"]["global_step"] == 2
+    assert (tmp_path / "work" / "cord" / "final").is_dir()
 
     # another run's file is refused by name, not mixed in
     with pytest.raises(SystemExit, match=r"other settings \(steps\).*--no-resume"):
