@@ -43,6 +43,7 @@ from typing import Any
 
 import numpy as np
 from _harness import gpu_epilog, rel, shared_data, write_result
+from _stats import paired_ci, rank_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -163,6 +164,22 @@ def summarise(method: str, rows: list[dict[str, Any]], recs: dict[str, QARecord]
         "answer_s_per_query": float(np.mean([r["answer_s"] for r in rows])),
         "total_s_per_query": float(np.mean([r["rerank_s"] + r["answer_s"] for r in rows])),
     }
+
+
+def per_question(rows: list[dict[str, Any]], recs: dict[str, QARecord]) -> dict[str, list[float]]:
+    """Per-question MRR@10 and F1 of one method's rows (for paired intervals between methods)."""
+    return {
+        "mrr@10": [rank_metrics(r["ranking"], recs[r["qid"]].gold_ids)[0] for r in rows],
+        "f1": [f1_max(r["answer"], recs[r["qid"]].answers) for r in rows],
+    }
+
+
+def paired_differences(per_q: dict[str, dict[str, list[float]]], teacher: str) -> dict[str, dict[str, list[float]]]:
+    """``"a - b" -> {metric: [mean difference, low, high]}`` (paired 95% bootstrap) for the
+    teacher and the student against the retriever's order, and the student against the teacher."""
+    pairs = [(teacher, "retriever"), ("student", "retriever"), ("student", teacher)]
+    return {f"{a} - {b}": {m: paired_ci(per_q[a][m], per_q[b][m]) for m in per_q[a]}
+            for a, b in pairs if a in per_q and b in per_q and a != b}
 
 
 def _kept(student: float, base: float, teacher: float) -> float | None:
@@ -294,9 +311,12 @@ def main(argv: list[str] | None = None) -> int:
             table[m] = summarise(m, [cache[(m, r.id)] for r in common], by_id)
 
     comparison: dict[str, Any] = {}
+    if common:
+        per_q = {m: per_question([cache[(m, r.id)] for r in common], by_id) for m in present}
+        comparison["paired_ci95"] = paired_differences(per_q, args.teacher)
     if {"retriever", args.teacher, "student"} <= table.keys():
         b, t, s = table["retriever"], table[args.teacher], table["student"]
-        comparison = {
+        comparison |= {
             "teacher": args.teacher,
             "gain_kept_mrr@10": _kept(s["mrr@10"], b["mrr@10"], t["mrr@10"]),
             "gain_kept_f1": _kept(s["f1"], b["f1"], t["f1"]),

@@ -45,6 +45,14 @@ def test_default_moi_teacher_profile_placement_and_given_order(
     assert set(res["methods"]) == {"retriever", "moi", "student"}
     assert res["comparison"]["teacher"] == "moi" and "rerank_speedup_vs_teacher" in res["comparison"]
     assert res["profile"].endswith("profile.json")
+    # paired intervals: their means are the differences of the table's means (ranx's MRR, our F1)
+    ci, m = res["comparison"]["paired_ci95"], res["methods"]
+    assert set(ci) == {"moi - retriever", "student - retriever", "student - moi"}
+    for pair, d in ci.items():
+        a, b = pair.split(" - ")
+        for metric in ("mrr@10", "f1"):
+            assert d[metric][0] == pytest.approx(m[a][metric] - m[b][metric])
+            assert d[metric][1] <= d[metric][0] <= d[metric][2]
     rows = [json.loads(line) for line in cache.read_text(encoding="utf-8").splitlines()]
     assert {r["method"] for r in rows} == {"retriever", "moi", "student"}
     assert sorted(len(r["order"]) for r in rows if r["method"] == "student") == [9, 10, 10]
