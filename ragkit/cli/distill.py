@@ -5,7 +5,7 @@ Usage::
     # 1. label training questions with MoI (gold outcome, leave-one-out design); resumable
     ragkit distill labels --data-file ../shared/data/hotpotqa/train.jsonl --out labels.jsonl --limit 80
     # 2. train the student cross-encoder (embedded MiniLM by default)
-    ragkit distill --labels labels.jsonl --out students/minilm-moi --loss ranknet --epochs 2
+    ragkit distill --labels labels.jsonl --out students/minilm-moi --loss listnet --epochs 3
     # 3. use it
     ragkit rerank --reranker student:students/minilm-moi ...
 
@@ -26,11 +26,11 @@ def _add_train_args(p: argparse.ArgumentParser, required: bool) -> None:
     p.add_argument("--labels", required=required, help="label file (JSONL) from `ragkit distill labels`")
     p.add_argument("--base-model", default=None,
                    help="encoder to start from: sentence-transformers/HF path or hub id (default: embedded MiniLM)")
-    p.add_argument("--loss", default="ranknet", choices=("ranknet", "listnet", "lambdaloss"),
-                   help="pairwise RankNet (default) or listwise ListNet / LambdaLoss")
-    p.add_argument("--epochs", type=positive_float, default=2.0, help="passes over the labels (default 2)")
+    p.add_argument("--loss", default="listnet", choices=("listnet", "ranknet", "lambdaloss"),
+                   help="listwise ListNet (default), pairwise RankNet or LambdaLoss")
+    p.add_argument("--epochs", type=positive_float, default=3.0, help="passes over the labels (default 3)")
     p.add_argument("--batch-size", type=positive_int, default=4, help="questions per optimisation step (default 4)")
-    p.add_argument("--lr", type=positive_float, default=2e-5, help="AdamW learning rate (default 2e-5)")
+    p.add_argument("--lr", type=positive_float, default=1e-4, help="AdamW learning rate (default 1e-4)")
     p.add_argument("--max-length", type=positive_int, default=256, help="token limit of a (question, passage) pair")
     p.add_argument("--temperature", type=positive_float, default=1.0, help="target temperature (z-scored u / T)")
     p.add_argument("--seed", type=int, default=0)

@@ -234,7 +234,7 @@ def test_cli_train_writes_a_loadable_student(tiny_encoder_dir: Path, tmp_path: P
     write_labels(labels, _keyword_labels(6, 3, seed=7))
     out = tmp_path / "student"
     rc = main(["distill", "--labels", str(labels), "--out", str(out), "--base-model",
-               str(tiny_encoder_dir), "--epochs", "1", "--lr", "1e-3", "--max-length", "32",
+               str(tiny_encoder_dir), "--loss", "ranknet", "--epochs", "1", "--lr", "1e-3", "--max-length", "32",
                "--device", "cpu", "--json"])
     assert rc == 0
     captured = capsys.readouterr()
@@ -291,3 +291,16 @@ def test_generate_labels_is_resumable(tiny_lm_dir: Path, tmp_path: Path) -> None
     assert s3.written == 0 and len(read_labels(out)) == 2
     s4 = generate_labels(gen, recs[1:2], out, resume=False, show_progress=False)
     assert s4.written == 1 and [lab.qid for lab in read_labels(out)] == ["b"]
+
+
+def test_defaults_are_the_held_out_winner() -> None:
+    """Library and CLI train the recipe chosen on held-out labels (ListNet, lr 1e-4, 3 epochs)."""
+    import inspect
+
+    from ragkit.cli import build_parser
+    from ragkit.training.distill import train_student
+
+    params = inspect.signature(train_student).parameters
+    assert (params["loss"].default, params["lr"].default, params["epochs"].default) == ("listnet", 1e-4, 3.0)
+    args = build_parser().parse_args(["distill", "--labels", "l.jsonl", "--out", "s"])
+    assert (args.loss, args.lr, args.epochs) == ("listnet", 1e-4, 3.0)
