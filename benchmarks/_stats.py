@@ -12,6 +12,7 @@ per-query differences ``x_i - y_i`` over the same queries.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -26,6 +27,26 @@ def rank_metrics(ranking_ids: Sequence[str], gold: Iterable[str], k: int = 10) -
             break
     rec2 = len(gold & set(ranking_ids[:2])) / max(1, len(gold))
     return rr, rec2
+
+
+def label_references(labs: Sequence[Any], seed: int = 0, n_perm: int = 200) -> dict[str, dict[str, list[float]]]:
+    """Per-question (MRR@10, recall@2) of MoI label rankings and of a random order, against gold.
+
+    ``labs``: label records (``ranking``, ``passage_ids``, ``gold_ids``), each with gold paragraphs.
+    ``"teacher"`` scores each label's own ranking; ``"random"`` is the mean over ``n_perm`` random
+    permutations of its passages (Monte Carlo expectation): what the labels carry, and what a
+    student that learned nothing scores.
+    """
+    rng = np.random.default_rng(seed)
+    out: dict[str, dict[str, list[float]]] = {n: {"mrr@10": [], "recall@2": []} for n in ("teacher", "random")}
+    for lab in labs:
+        rows = {"teacher": np.array([rank_metrics(list(lab.ranking), lab.gold_ids)]),
+                "random": np.array([rank_metrics(list(rng.permutation(list(lab.passage_ids))), lab.gold_ids)
+                                    for _ in range(n_perm)])}
+        for name, r in rows.items():
+            out[name]["mrr@10"].append(float(r[:, 0].mean()))
+            out[name]["recall@2"].append(float(r[:, 1].mean()))
+    return out
 
 
 def paired_ci(x: Sequence[float], y: Sequence[float], seed: int = 0, n_boot: int = 2000) -> list[float]:

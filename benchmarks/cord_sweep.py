@@ -33,9 +33,8 @@ def _final(run: Path) -> str:
 
 
 def _trained(run: Path) -> bool:
-    """Whether a CORD run folder holds its trained model (merged weights or a LoRA adapter)."""
-    final = Path(_final(run))
-    return (final / "config.json").exists() or (final / "adapter_config.json").exists()
+    """Whether a CORD run folder holds the trained model that :func:`_final` names."""
+    return (Path(_final(run)) / "config.json").exists()
 
 
 def _sweep(model_path: str | None, recs: list, pool: list, args: argparse.Namespace) -> dict[str, Any]:

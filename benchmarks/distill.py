@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 from _harness import gpu_epilog, rel, shared_data, write_result
-from _stats import paired_ci, rank_metrics
+from _stats import label_references, paired_ci, rank_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -198,17 +198,8 @@ def label_quality(labs: Sequence[Any], seed: int = 0) -> dict[str, float]:
     Beside them the expected values of a random order (Monte Carlo, 200 permutations per
     question): how much gold-paragraph signal the student can learn from the labels at all.
     """
-    rng = np.random.default_rng(seed)
-
-    def _rr(order: Sequence[str], gold: set[str]) -> tuple[float, float]:
-        rr = next((1.0 / (i + 1) for i, pid in enumerate(order[:10]) if pid in gold), 0.0)
-        return rr, len(gold & set(order[:2])) / max(len(gold), 1)
-
-    teacher = np.array([_rr(list(x.ranking), set(x.gold_ids)) for x in labs if x.gold_ids])
-    rand = np.array([_rr(list(rng.permutation(list(x.passage_ids))), set(x.gold_ids))
-                     for x in labs if x.gold_ids for _ in range(200)])
-    return {"teacher_mrr@10": float(teacher[:, 0].mean()), "teacher_recall@2": float(teacher[:, 1].mean()),
-            "random_mrr@10": float(rand[:, 0].mean()), "random_recall@2": float(rand[:, 1].mean())}
+    refs = label_references([x for x in labs if x.gold_ids], seed)
+    return {f"{name}_{m}": float(np.mean(v)) for name, rows in refs.items() for m, v in rows.items()}
 
 
 def main(argv: list[str] | None = None) -> int:

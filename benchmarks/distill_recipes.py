@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 from _harness import gpu_epilog, rel, write_result
-from _stats import paired_ci, rank_metrics
+from _stats import label_references, paired_ci, rank_metrics
 from scipy.stats import spearmanr
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,22 +65,6 @@ def heldout_scores(labs: Sequence[Any], rankings: Sequence[Any]) -> dict[str, li
         out["recall@2"].append(r2)
         out["spearman_u"].append(0.0 if not np.isfinite(rho) else float(rho))
     return out
-
-
-def reference_rows(labs: Sequence[Any], seed: int) -> dict[str, dict[str, list[float]]]:
-    """Per-question metrics of the teacher's label ranking and of a random order (Monte Carlo mean)."""
-    rng = np.random.default_rng(seed)
-    teacher: dict[str, list[float]] = {"mrr@10": [], "recall@2": []}
-    rand: dict[str, list[float]] = {"mrr@10": [], "recall@2": []}
-    for lab in labs:
-        rr, r2 = rank_metrics(list(lab.ranking), lab.gold_ids)
-        teacher["mrr@10"].append(rr)
-        teacher["recall@2"].append(r2)
-        draws = np.array([rank_metrics(list(rng.permutation(list(lab.passage_ids))), lab.gold_ids)
-                          for _ in range(200)])
-        rand["mrr@10"].append(float(draws[:, 0].mean()))
-        rand["recall@2"].append(float(draws[:, 1].mean()))
-    return {"teacher": teacher, "random": rand}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -125,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         if prev.get("config") == config:
             result["recipes"] = prev.get("recipes", {})
             logger.info("resuming %s: recipes done %s", out, sorted(result["recipes"]))
-    refs = reference_rows(held, args.seed)
+    refs = label_references(held, args.seed)
     result["reference"] = {name: {m: float(np.mean(v)) for m, v in rows.items()} for name, rows in refs.items()}
     for rec in recipes:
         name = f"{rec['loss']}:{rec['lr']:g}:{rec['epochs']:g}"

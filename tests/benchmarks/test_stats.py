@@ -9,7 +9,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
-from _stats import paired_ci, rank_metrics  # noqa: E402
+from _stats import label_references, paired_ci, rank_metrics  # noqa: E402
 
 
 @pytest.mark.parametrize(("ranking", "gold", "mrr", "rec2"), [
@@ -30,3 +30,15 @@ def test_paired_ci_is_the_mean_difference_with_an_interval_around_it() -> None:
     assert 0.0 <= low <= mean <= high <= 1.0
     assert paired_ci([0.2, 0.2], [0.2, 0.2]) == pytest.approx([0.0, 0.0, 0.0])
     assert paired_ci(x, y, seed=0) == paired_ci(x, y, seed=0)  # seeded
+
+
+def test_label_references_hand_values() -> None:
+    """The label's own ranking puts its gold 2nd of 3 (MRR 1/2, recall@2 1); a random order of 3
+    with one gold: MRR (1 + 1/2 + 1/3) / 3 = 11/18, recall@2 2/3."""
+    from types import SimpleNamespace
+
+    lab = SimpleNamespace(ranking=["x", "g", "y"], passage_ids=["g", "x", "y"], gold_ids=["g"])
+    refs = label_references([lab], seed=0, n_perm=3000)
+    assert refs["teacher"] == {"mrr@10": [0.5], "recall@2": [1.0]}
+    assert refs["random"]["mrr@10"][0] == pytest.approx(11 / 18, abs=0.02)
+    assert refs["random"]["recall@2"][0] == pytest.approx(2 / 3, abs=0.03)
