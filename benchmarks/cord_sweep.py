@@ -7,6 +7,9 @@ answer-free distractors), scoring the gold answer's mean log-prob (``--generate`
 
     python benchmarks/cord_sweep.py --out benchmarks/results/cord_sweep-cpu.json
 
+A ``--losses`` entry may carry its own settings, ``cord:alpha=1:lam=4`` (:func:`parse_loss_spec`):
+variants of a loss land beside the others in the same JSON, against the same base sweep.
+
 ``--sweep-only`` re-runs the sweeps on the models a previous run left in ``--workdir`` (its
 training records are kept from ``--out``). Beside each curve the JSON keeps every question's
 per-slot log-probs and a paired bootstrap over questions (1,000 resamples, seed 0) of the
@@ -103,6 +106,38 @@ def gap_bootstrap(sweeps: dict[str, dict[str, Any]], n_boot: int = 1000, seed: i
     return out
 
 
+#: Training settings a ``--losses`` entry may override for itself, with their types.
+VARIANT_KEYS: dict[str, type] = {"lam": float, "alpha": float, "gamma": float, "lr": float, "steps": int,
+                                 "ce_on": str}
+
+
+def parse_loss_spec(spec: str) -> tuple[str, dict[str, Any]]:
+    """Split a ``--losses`` entry ``LOSS[:KEY=VALUE...]`` into the loss and its own settings.
+
+    ``cord:alpha=1:lam=4`` trains ``cord`` on uniformly shuffled orders with lambda 4; the entry
+    itself names the model in the JSON, so variants of one loss sit beside the base and the
+    other losses in one table (one shared base sweep, paired intervals between all of them).
+
+    Raises
+    ------
+    SystemExit
+        An unknown key or a value of the wrong type, naming the allowed keys.
+    """
+    loss, *parts = spec.strip().split(":")
+    overrides: dict[str, Any] = {}
+    for part in parts:
+        key, sep, value = part.partition("=")
+        if not sep or key not in VARIANT_KEYS:
+            raise SystemExit(f"--losses entry {spec!r}: {part!r} is not KEY=VALUE with KEY one of "
+                             f"{', '.join(VARIANT_KEYS)} (e.g. cord:alpha=1:lam=4)")
+        try:
+            overrides[key] = VARIANT_KEYS[key](value)
+        except ValueError:
+            kind = VARIANT_KEYS[key].__name__
+            raise SystemExit(f"--losses entry {spec!r}: {key}={value!r} is not a {kind}") from None
+    return loss, overrides
+
+
 #: Settings that change a run's numbers; a resume refuses an ``--out`` whose settings differ in one.
 RESULT_KEYS = ("model", "train_file", "sweep_file", "train_limit", "train_k", "steps", "lr", "lam",
                "passage_max_tokens", "k", "sweep_questions", "generate")
@@ -138,7 +173,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--k", type=int, default=5, help="sweep context size")
     ap.add_argument("--sweep-questions", type=int, default=30)
     ap.add_argument("--generate", action="store_true")
-    ap.add_argument("--losses", default="cord,shuffle")
+    ap.add_argument("--losses", default="cord,shuffle",
+                    help="comma-separated losses, each optionally with its own settings, LOSS[:KEY=VALUE...] with "
+                         f"KEY one of {', '.join(VARIANT_KEYS)}: e.g. cord,shuffle,cord:alpha=1:lam=4 (the entry "
+                         "names the model in the JSON)")
     ap.add_argument("--workdir", default="/tmp/cord-real")
     ap.add_argument("--sweep-only", action="store_true",
                     help="sweep the models already in --workdir; keep the training records of --out")
@@ -154,8 +192,13 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("RAGKIT_NO_PROGRESS", "1")
     from ragkit.datasets import load_dataset
     from ragkit.models import resolve_generator_path
-    from ragkit.training.cord import CORDConfig, train_cord
+    from ragkit.training.cord import LOSSES, CORDConfig, train_cord
     from ragkit.training.data import load_examples
+
+    specs = [parse_loss_spec(x) for x in a.losses.split(",")]
+    unknown = [x for x, (loss, _) in zip(a.losses.split(","), specs) if loss not in LOSSES]
+    if unknown:
+        raise SystemExit(f"--losses: unknown loss in {', '.join(unknown)}; use one of {', '.join(LOSSES)}")
 
     base = resolve_generator_path(a.model)
     pool = load_dataset("nq-open", a.sweep_file, limit=300)
@@ -183,26 +226,30 @@ def main(argv: list[str] | None = None) -> int:
         result["sweep"]["none"] = _sweep(base, recs, pool, a)
         save()
     examples = [] if a.sweep_only else load_examples(a.train_file, limit=a.train_limit, k=a.train_k)
-    for loss in a.losses.split(","):
-        out = Path(a.workdir) / loss
+    for spec, (loss, own) in zip(a.losses.split(","), specs):
+        name = spec.strip()
+        out = Path(a.workdir) / name.replace(":", "_")
         if a.sweep_only:
-            result["sweep"][loss] = _sweep(_final(out), recs, pool, a)
+            result["sweep"][name] = _sweep(_final(out), recs, pool, a)
             continue
-        if loss in result["sweep"] and loss in result["train"]:
+        if name in result["sweep"] and name in result["train"]:
             continue
-        if loss in result["train"] and not _trained(out):
+        if name in result["train"] and not _trained(out):
             logging.warning("%s: %s is recorded as trained but %s holds no model (another machine's --workdir?); "
-                            "training it again", a.out, loss, out)
-            del result["train"][loss]
-        if loss not in result["train"]:
-            st = CORDConfig(output_dir=str(out), model=base, loss=loss, lam=a.lam, lora=True, max_steps=a.steps,
-                            per_device_train_batch_size=1, learning_rate=a.lr,
-                            passage_max_tokens=a.passage_max_tokens, save_steps=max(1, min(a.save_steps, a.steps)),
-                            logging_steps=5, seed=0, resume_from_checkpoint="last")
+                            "training it again", a.out, name, out)
+            del result["train"][name]
+        if name not in result["train"]:
+            steps = own.get("steps", a.steps)
+            st = CORDConfig(output_dir=str(out), model=base, loss=loss, lam=own.get("lam", a.lam),
+                            alpha=own.get("alpha"), gamma=own.get("gamma", 1.0), ce_on=own.get("ce_on", "original"),
+                            lora=True, max_steps=steps, per_device_train_batch_size=1,
+                            learning_rate=own.get("lr", a.lr), passage_max_tokens=a.passage_max_tokens,
+                            save_steps=max(1, min(a.save_steps, steps)), logging_steps=5, seed=0,
+                            resume_from_checkpoint="last")
             s = train_cord(examples, st)
-            result["train"][loss] = {k: v for k, v in s.items() if k != "settings"}
+            result["train"][name] = {**{k: v for k, v in s.items() if k != "settings"}, "overrides": own}
             save()
-        result["sweep"][loss] = _sweep(_final(out), recs, pool, a)
+        result["sweep"][name] = _sweep(_final(out), recs, pool, a)
         save()
     result["gap_bootstrap"] = gap_bootstrap(result["sweep"])
     save()

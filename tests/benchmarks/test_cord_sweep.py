@@ -57,3 +57,38 @@ def test_resume_keeps_finished_sweeps_and_trainings(
     # another run's file is refused by name, not mixed in
     with pytest.raises(SystemExit, match=r"other settings \(steps\).*--no-resume"):
         bench.main([*args, "--steps", "3"])
+
+
+def test_loss_spec_parses_own_settings_and_names_bad_ones(bench: ModuleType) -> None:
+    assert bench.parse_loss_spec("cord") == ("cord", {})
+    assert bench.parse_loss_spec(" cord:alpha=1:lam=4:steps=600 ") == ("cord", {"alpha": 1.0, "lam": 4.0, "steps": 600})
+    assert bench.parse_loss_spec("cord:ce_on=both") == ("cord", {"ce_on": "both"})
+    with pytest.raises(SystemExit, match=r"'beta=2' is not KEY=VALUE with KEY one of lam, alpha"):
+        bench.parse_loss_spec("cord:beta=2")
+    with pytest.raises(SystemExit, match=r"'lam' is not KEY=VALUE"):
+        bench.parse_loss_spec("cord:lam")
+    with pytest.raises(SystemExit, match=r"steps='1.5' is not a int"):
+        bench.parse_loss_spec("cord:steps=1.5")
+
+
+@pytest.mark.usefixtures("shared_data")
+def test_a_variant_trains_with_its_own_settings_beside_the_base(
+    bench: ModuleType, tiny_lm_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("RAGKIT_NO_PROGRESS", "1")
+    out = tmp_path / "cord.json"
+    args = ["--out", str(out), "--model", str(tiny_lm_dir), "--train-limit", "3", "--train-k", "3", "--steps", "2",
+            "--passage-max-tokens", "8", "--k", "3", "--sweep-questions", "3", "--losses", "cord:alpha=1:lam=3:steps=1",
+            "--workdir", str(tmp_path / "work")]
+    assert bench.main(args) == 0
+    res = json.loads(out.read_text(encoding="utf-8"))
+    name = "cord:alpha=1:lam=3:steps=1"
+    assert set(res["sweep"]) == {"none", name}
+    assert res["train"][name]["global_step"] == 1
+    assert res["train"][name]["overrides"] == {"alpha": 1.0, "lam": 3.0, "steps": 1}
+    settings = json.loads((tmp_path / "work" / "cord_alpha=1_lam=3_steps=1" / "cord_settings.json").read_text())
+    assert (settings["alpha"], settings["lam"], settings["loss"]) == (1.0, 3.0, "cord")
+    assert f"{name} - none" in res["gap_bootstrap"]["gap_difference"]
+
+    with pytest.raises(SystemExit, match=r"unknown loss in cordd:lam=2; use one of cord"):
+        bench.main([*args[:-4], "--losses", "cordd:lam=2", "--workdir", str(tmp_path / "work")])
