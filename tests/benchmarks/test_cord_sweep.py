@@ -15,15 +15,24 @@ def bench(load_bench) -> ModuleType:
     return load_bench("cord_sweep")
 
 
+@pytest.fixture(autouse=True)
+def _quiet(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RAGKIT_NO_PROGRESS", "1")
+
+
+def _tiny_run(out: Path, model: Path, tmp_path: Path, losses: str) -> list[str]:
+    """Arguments of a seconds-long cord_sweep run on the tiny model."""
+    return ["--out", str(out), "--model", str(model), "--train-limit", "3", "--train-k", "3", "--steps", "2",
+            "--passage-max-tokens", "8", "--k", "3", "--sweep-questions", "3", "--losses", losses,
+            "--workdir", str(tmp_path / "work")]
+
+
 @pytest.mark.usefixtures("shared_data")  # the script reads ../shared/data
 def test_resume_keeps_finished_sweeps_and_trainings(
     bench: ModuleType, tiny_lm_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setenv("RAGKIT_NO_PROGRESS", "1")
     out = tmp_path / "cord.json"
-    args = ["--out", str(out), "--model", str(tiny_lm_dir), "--train-limit", "3", "--train-k", "3", "--steps", "2",
-            "--passage-max-tokens", "8", "--k", "3", "--sweep-questions", "3", "--losses", "cord",
-            "--workdir", str(tmp_path / "work")]
+    args = _tiny_run(out, tiny_lm_dir, tmp_path, "cord")
     assert bench.main(args) == 0
     first = json.loads(out.read_text(encoding="utf-8"))
     assert set(first["sweep"]) == {"none", "cord"} and set(first["train"]) == {"cord"}
@@ -73,16 +82,11 @@ def test_loss_spec_parses_own_settings_and_names_bad_ones(bench: ModuleType) -> 
 
 @pytest.mark.usefixtures("shared_data")
 def test_a_variant_trains_with_its_own_settings_beside_the_base(
-    bench: ModuleType, tiny_lm_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    bench: ModuleType, tiny_lm_dir: Path, tmp_path: Path,
 ) -> None:
-    monkeypatch.setenv("RAGKIT_NO_PROGRESS", "1")
-    out = tmp_path / "cord.json"
-    args = ["--out", str(out), "--model", str(tiny_lm_dir), "--train-limit", "3", "--train-k", "3", "--steps", "2",
-            "--passage-max-tokens", "8", "--k", "3", "--sweep-questions", "3", "--losses", "cord:alpha=1:lam=3:steps=1",
-            "--workdir", str(tmp_path / "work")]
-    assert bench.main(args) == 0
+    name, out = "cord:alpha=1:lam=3:steps=1", tmp_path / "cord.json"
+    assert bench.main(_tiny_run(out, tiny_lm_dir, tmp_path, name)) == 0
     res = json.loads(out.read_text(encoding="utf-8"))
-    name = "cord:alpha=1:lam=3:steps=1"
     assert set(res["sweep"]) == {"none", name}
     assert res["train"][name]["global_step"] == 1
     assert res["train"][name]["overrides"] == {"alpha": 1.0, "lam": 3.0, "steps": 1}
@@ -91,4 +95,4 @@ def test_a_variant_trains_with_its_own_settings_beside_the_base(
     assert f"{name} - none" in res["gap_bootstrap"]["gap_difference"]
 
     with pytest.raises(SystemExit, match=r"unknown loss in cordd:lam=2; use one of cord"):
-        bench.main([*args[:-4], "--losses", "cordd:lam=2", "--workdir", str(tmp_path / "work")])
+        bench.main(_tiny_run(out, tiny_lm_dir, tmp_path, "cordd:lam=2"))
