@@ -109,6 +109,8 @@ def gap_bootstrap(sweeps: dict[str, dict[str, Any]], n_boot: int = 1000, seed: i
 #: Training settings a ``--losses`` entry may override for itself, with their types.
 VARIANT_KEYS: dict[str, type] = {"lam": float, "alpha": float, "gamma": float, "lr": float, "steps": int,
                                  "ce_on": str}
+#: The :class:`~ragkit.training.cord.CORDConfig` field of a :data:`VARIANT_KEYS` key, where the names differ.
+_CONFIG_FIELD = {"lr": "learning_rate", "steps": "max_steps"}
 
 
 def parse_loss_spec(spec: str) -> tuple[str, dict[str, Any]]:
@@ -195,8 +197,9 @@ def main(argv: list[str] | None = None) -> int:
     from ragkit.training.cord import LOSSES, CORDConfig, train_cord
     from ragkit.training.data import load_examples
 
-    specs = [parse_loss_spec(x) for x in a.losses.split(",")]
-    unknown = [x for x, (loss, _) in zip(a.losses.split(","), specs) if loss not in LOSSES]
+    names = [x.strip() for x in a.losses.split(",")]
+    specs = [parse_loss_spec(x) for x in names]
+    unknown = [x for x, (loss, _) in zip(names, specs) if loss not in LOSSES]
     if unknown:
         raise SystemExit(f"--losses: unknown loss in {', '.join(unknown)}; use one of {', '.join(LOSSES)}")
 
@@ -226,8 +229,7 @@ def main(argv: list[str] | None = None) -> int:
         result["sweep"]["none"] = _sweep(base, recs, pool, a)
         save()
     examples = [] if a.sweep_only else load_examples(a.train_file, limit=a.train_limit, k=a.train_k)
-    for spec, (loss, own) in zip(a.losses.split(","), specs):
-        name = spec.strip()
+    for name, (loss, own) in zip(names, specs):
         out = Path(a.workdir) / name.replace(":", "_")
         if a.sweep_only:
             result["sweep"][name] = _sweep(_final(out), recs, pool, a)
@@ -239,13 +241,12 @@ def main(argv: list[str] | None = None) -> int:
                             "training it again", a.out, name, out)
             del result["train"][name]
         if name not in result["train"]:
-            steps = own.get("steps", a.steps)
-            st = CORDConfig(output_dir=str(out), model=base, loss=loss, lam=own.get("lam", a.lam),
-                            alpha=own.get("alpha"), gamma=own.get("gamma", 1.0), ce_on=own.get("ce_on", "original"),
-                            lora=True, max_steps=steps, per_device_train_batch_size=1,
-                            learning_rate=own.get("lr", a.lr), passage_max_tokens=a.passage_max_tokens,
-                            save_steps=max(1, min(a.save_steps, steps)), logging_steps=5, seed=0,
-                            resume_from_checkpoint="last")
+            cfg = {"lam": a.lam, "learning_rate": a.lr, "max_steps": a.steps,
+                   **{_CONFIG_FIELD.get(k, k): v for k, v in own.items()}}
+            st = CORDConfig(output_dir=str(out), model=base, loss=loss, lora=True, per_device_train_batch_size=1,
+                            passage_max_tokens=a.passage_max_tokens, logging_steps=5, seed=0,
+                            save_steps=max(1, min(a.save_steps, cfg["max_steps"])), resume_from_checkpoint="last",
+                            **cfg)
             s = train_cord(examples, st)
             result["train"][name] = {**{k: v for k, v in s.items() if k != "settings"}, "overrides": own}
             save()
