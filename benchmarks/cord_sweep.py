@@ -210,6 +210,8 @@ def main(argv: list[str] | None = None) -> int:
                                                             "sweep_file": rel(a.sweep_file)}, "sweep": {}, "train": {}}
 
     def save() -> None:
+        # the intervals cover every sweep written so far, so a cut-off or resumed run's file never lacks them
+        result["gap_bootstrap"] = gap_bootstrap(result["sweep"])
         write_result(a.out, result)
 
     if a.sweep_only and Path(a.out).exists():
@@ -252,7 +254,6 @@ def main(argv: list[str] | None = None) -> int:
             save()
         result["sweep"][name] = _sweep(_final(out), recs, pool, a)
         save()
-    result["gap_bootstrap"] = gap_bootstrap(result["sweep"])
     save()
     for name, v in result["gap_bootstrap"].get("gap_difference", {}).items():
         logging.info("gap difference %s: %.3f nats, 95%% CI %s", name, v["value"], v["ci95"])

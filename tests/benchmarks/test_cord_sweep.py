@@ -44,7 +44,13 @@ def test_resume_keeps_finished_sweeps_and_trainings(
     calls: list[str] = []
     real = bench._sweep
     monkeypatch.setattr(bench, "_sweep", lambda path, *a: calls.append(str(path)) or real(path, *a))
+    writes: list[dict] = []
+    real_write = bench.write_result
+    monkeypatch.setattr(bench, "write_result",
+                        lambda p, r: writes.append(json.loads(json.dumps(r))) or real_write(p, r))
     assert bench.main(args) == 0
+    # every file the resumed run writes holds the intervals of the sweeps it holds, the first one included
+    assert writes and all(set(w["gap_bootstrap"]["gap"]) == set(w["sweep"]) for w in writes)
     assert len(calls) == 1 and calls[0].startswith(str(tmp_path / "work" / "cord"))
     again = json.loads(out.read_text(encoding="utf-8"))
     assert again["sweep"]["none"] == first["sweep"]["none"]
