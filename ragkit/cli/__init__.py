@@ -105,6 +105,17 @@ def _check_out(args: argparse.Namespace) -> None:
         raise RagkitError(f"--out {out} is a folder; pass a file path, e.g. --out {os.path.join(out, 'result.json')}")
 
 
+def _check_models(args: argparse.Namespace) -> None:
+    """An explicit ``--model`` / ``--embedder`` that cannot load fails here, in about a second (not after
+    an index build and a minute of hub retries): :func:`ragkit.models.check_model_available`."""
+    from ragkit.models import check_model_available
+
+    for attr, kind in (("model", "generator"), ("embedder", "embedder")):
+        name = getattr(args, attr, None)
+        if isinstance(name, str) and name:
+            check_model_available(name, kind=kind)
+
+
 _LOCKED_COMMANDS = ("index", "eval", "distill", "train", "bias-profile")
 """Commands whose outputs take long to make: a second run writing the same output stops at once."""
 
@@ -160,6 +171,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         _check_out(args)
         _check_device(args)
+        _check_models(args)
         rc = _run_locked(func, args)
     except KeyboardInterrupt:
         print("ragkit: interrupted", file=sys.stderr)
