@@ -24,7 +24,8 @@ def _ask(args: argparse.Namespace) -> int:
                               device=args.device, passage_max_tokens=args.passage_max_tokens, **moi_kwargs)
     res = rag.ask(args.question)
     result: dict[str, Any] = {"index": args.index or "bundled HotpotQA sample (BM25)",
-                              "moi": rag.moi is not None, **res.to_dict()}
+                              "moi": rag.moi is not None, **res.to_dict(),
+                              "profiles": rag.method.profiles_used()}
     lines = [f"Answer: {result['answer']}"]
     lines += [f"{r['rank']:>3}  {r['id']}  (retriever rank {r['retriever_rank']})" for r in result["passages"]]
     emit(result, args, "\n".join(lines))

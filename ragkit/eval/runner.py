@@ -414,6 +414,7 @@ def run_eval(
     load_s = time.perf_counter() - t_load
 
     appended = 0
+    profiles: dict[str, list[dict[str, Any]]] = {}
     bar = progress(range(n_todo), show=show_progress, desc="eval", unit="q") if n_todo else None
     bar_it = iter(bar) if bar is not None else None
     for m in cfg.methods:
@@ -445,6 +446,8 @@ def run_eval(
             appended += len(rows)
             if on_chunk is not None:
                 on_chunk(appended)
+        if hasattr(method, "profiles_used"):
+            profiles[m] = method.profiles_used()
     if bar_it is not None:
         for _ in bar_it:
             pass
@@ -461,6 +464,9 @@ def run_eval(
             "embedder": (cfg.embedder or "embedded-default") if cfg.retriever in ("dense", "hybrid") else None,
         },
         "n_questions": len(recs),
+        # which position profile each method used (file / cache / calibrated / embedded / flat, path, sha256):
+        # a cached `ragkit bias-profile` changes results, so the report names it
+        "profiles": profiles,
         "metrics": list(DATASET_METRICS[dataset]),
         "aggregate": agg,
         "paired": paired_differences(rows_final, dataset, cfg.methods, cfg.n_bootstrap, cfg.seed),
