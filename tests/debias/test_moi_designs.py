@@ -36,9 +36,9 @@ from ragkit.debias.estimators import (
     surrogate_utilities,
 )
 from ragkit.debias.moi import MoI
-from ragkit.debias.reranker import MoIReranker
 from ragkit.debias.outcomes import OutcomeResult
 from ragkit.debias.profile import PositionProfile, profile_cache_path
+from ragkit.debias.reranker import MoIReranker
 from ragkit.types import Passage, QARecord
 
 
