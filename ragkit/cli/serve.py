@@ -7,7 +7,7 @@ import logging
 import os
 from typing import Any
 
-from ragkit.cli._common import non_negative_int, positive_int
+from ragkit.cli._common import non_negative_int, positive_int, set_requirements
 
 __all__ = ["register", "build_reranker"]
 
@@ -98,3 +98,5 @@ def register(subparsers: Any) -> None:
                    help="require `Authorization: Bearer KEY` (default: $RAGKIT_API_KEY; unset: no auth)")
     p.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"))
     p.set_defaults(func=_serve)
+    set_requirements(p, lambda a: [(["starlette", "uvicorn", "prometheus_client"], "ragkit serve")]
+                     + ([(["httpx"], "ragkit serve --model URL")] if str(a.model or "").startswith("http") else []))
