@@ -415,8 +415,12 @@ def run_eval(
 
     appended = 0
     profiles: dict[str, list[dict[str, Any]]] = {}
-    bar = progress(range(n_todo), show=show_progress, desc="eval", unit="q") if n_todo else None
-    bar_it = iter(bar) if bar is not None else None
+    # a bar advanced by whole chunks (update(n), not iteration: an iterated bar shows an item only when the
+    # next is asked for, one chunk late); smoothing=0 bases the ETA on the average rate since the start,
+    # the right one for equal chunks that finish in bursts
+    bar: Any = progress(iter(()), show=show_progress if n_todo else False, desc="eval", unit="q", total=n_todo,
+                        smoothing=0.0, delay=0)
+    bar_update = getattr(bar, "update", None)
     for m in cfg.methods:
         items = todo[m]
         if not items:
@@ -441,16 +445,15 @@ def run_eval(
             append_jsonl(partial, rows)
             for row in rows:
                 done[(m, row["qid"])] = row
-                if bar_it is not None:
-                    next(bar_it, None)
+            if bar_update is not None:
+                bar_update(len(rows))
             appended += len(rows)
             if on_chunk is not None:
                 on_chunk(appended)
         if hasattr(method, "profiles_used"):
             profiles[m] = method.profiles_used()
-    if bar_it is not None:
-        for _ in bar_it:
-            pass
+    if hasattr(bar, "close"):
+        bar.close()
 
     rows_final = [done[(m, r.id)] for m in cfg.methods for r in recs]
     agg = aggregate(rows_final, dataset, cfg.methods, cfg.n_bootstrap, cfg.seed)
