@@ -7,7 +7,7 @@ import logging
 import os
 from typing import Any
 
-from ragkit.cli._common import non_negative_float, non_negative_int, positive_float, positive_int
+from ragkit.cli._common import non_negative_float, non_negative_int, positive_float, positive_int, set_requirements
 
 __all__ = ["register", "build_reranker"]
 
@@ -140,3 +140,5 @@ def register(subparsers: Any) -> None:
                    help="serve without an API key even when RAGKIT_API_KEY is set")
     p.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"))
     p.set_defaults(func=_serve)
+    set_requirements(p, lambda a: [(["starlette", "uvicorn", "prometheus_client", "pydantic"], "ragkit serve")]
+                     + ([(["httpx"], "ragkit serve --model URL")] if str(a.model or "").startswith("http") else []))
