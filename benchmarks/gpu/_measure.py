@@ -672,7 +672,7 @@ def serve(ctx: Ctx, shape: str, docs_levels: list[int], clients: list[int], seco
     """
     import importlib.util
 
-    for mod in ("starlette", "uvicorn", "prometheus_client", "httpx"):
+    for mod in ("starlette", "uvicorn", "prometheus_client", "pydantic", "httpx"):
         if importlib.util.find_spec(mod) is None:
             raise Skip(f"{mod} is not installed: the serve extra is missing (carry its wheels: "
                        "benchmarks/gpu/fetch_wheels.py)")
@@ -738,7 +738,7 @@ def serve(ctx: Ctx, shape: str, docs_levels: list[int], clients: list[int], seco
                 level["speedup_vs_sequential"] = level["throughput_rps"] / base if base else None
             table[str(d)] = {"sequential_before": before, "sequential_after": after, "sequential_rps_mean": base,
                              "served": served}
-        health = httpx.get(url + "/health", timeout=10).json()
+        health = httpx.get(url + "/health?detail=1", timeout=10).json()
     finally:
         proc.terminate()
         try:

@@ -6,14 +6,17 @@ untracked files git does not ignore) plus the ignored paths a device call names 
 ``.whl/`` (ignored by ``.gitignore``; carried with ``carry: [".whl"]``):
 
 ===================  =====================================================================
-transformers 5.24.0  ragkit requires transformers >= 5.23; the image has 5.17 (its
-                     tokenizers 0.23.2, huggingface-hub 1.33, safetensors 0.8 satisfy 5.24's
-                     requirements, so they are not carried)
+transformers 5.23.0  ragkit requires transformers >= 5.23, != 5.24.0 (5.24.0 cannot build
+                     Qwen2); the image has 5.17 (its tokenizers 0.23.2, huggingface-hub 1.33,
+                     safetensors 0.8 satisfy 5.23's requirements, so they are not carried)
 regex                transformers >= 5.23 requires regex >= 2025.10.22 and checks it at
                      import; the image's version is unknown, so one binary wheel per likely
                      Python (cp310, cp311, cp312; the image's python3 was 3.12.3 when last seen)
-starlette, uvicorn   ``ragkit serve`` (the serve extra); the image has neither (it has
-                     prometheus-client, httpx, anyio, h11 and click)
+starlette, uvicorn,  ``ragkit serve`` (the serve extra); the image has none of them (it has
+pydantic (+ core,    prometheus-client, httpx, anyio, h11 and click); pydantic-core is binary
+annotated-types,     (one wheel per Python), typing-extensions is carried because pydantic needs
+typing-inspection,   >= 4.14.1 and the image's version is unknown
+typing-extensions)
 ===================  =====================================================================
 
 Not carried: FAISS GPU (``faiss-gpu-cu12`` 1.14.1.post1 for cp312 is a 48.4 MB wheel, 46 MiB,
@@ -44,10 +47,15 @@ PYTHONS = ("3.10", "3.11", "3.12")
 
 # (requirement, binary: one wheel per Python in PYTHONS; else one pure-Python wheel)
 WHEELS: tuple[tuple[str, bool], ...] = (
-    ("transformers==5.24.0", False),
+    ("transformers==5.23.0", False),
     ("regex==2026.5.9", True),
     ("starlette==1.10.0", False),
     ("uvicorn==0.54.0", False),
+    ("pydantic==2.13.4", False),
+    ("pydantic-core==2.46.4", True),
+    ("annotated-types==0.7.0", False),
+    ("typing-inspection==0.4.2", False),
+    ("typing-extensions==4.16.0", False),
 )
 
 

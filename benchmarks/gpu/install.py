@@ -26,13 +26,21 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# (distribution, oldest version the kit accepts, why)
+# (distribution, oldest version the kit accepts, why); "==" marks an exact pin of the carried pydantic
 NEEDS: tuple[tuple[str, str, str], ...] = (
     ("transformers", "5.23", "ragkit's floor (pyproject.toml)"),
     ("regex", "2025.10.22", "transformers >= 5.23 checks it at import"),
     ("starlette", "0.37", "ragkit serve"),
     ("uvicorn", "0.29", "ragkit serve"),
+    ("pydantic", "2.7", "ragkit serve's request schemas"),
+    ("annotated-types", "0.6", "pydantic"),
+    ("typing-inspection", "0.4.2", "pydantic"),
+    ("typing-extensions", "4.14.1", "pydantic"),
 )
+BROKEN = {"transformers": ("5.24.0",)}
+"""Versions ragkit excludes (pyproject.toml): an installed one is replaced by the carried wheel."""
+COMPANIONS = {"pydantic": "pydantic-core"}
+"""Installed together with the key when it is installed (an exact pin of the carried version)."""
 
 
 def _key(v: str) -> tuple[int, ...]:
@@ -72,11 +80,13 @@ def main(argv: list[str] | None = None) -> int:
     todo = []
     for name, least, why in NEEDS:
         have = installed(name)
-        ok = have is not None and _key(have) >= _key(least)
+        ok = have is not None and _key(have) >= _key(least) and have not in BROKEN.get(name, ())
         print(f"  {name}: installed {have or 'no'}, needs >= {least} ({why}): "
               f"{'kept' if ok else 'install the carried wheel'}", flush=True)
         if not ok:
             todo.append(name)
+            if name in COMPANIONS:
+                todo.append(COMPANIONS[name])
     failed = []
     if todo and not pip("--upgrade", "--target", a.target, "--find-links", a.wheels, *todo):
         # one at a time, so that one missing wheel does not stop the others
@@ -89,7 +99,8 @@ def main(argv: list[str] | None = None) -> int:
              "print('  loads: transformers', transformers.__version__, 'from', transformers.__file__); "
              "print('  loads: ragkit from', ragkit.__file__); "
              "[print('  ', n, md.version(n)) for n in ('tokenizers', 'huggingface-hub', 'safetensors', 'regex', "
-             "'sentence-transformers', 'peft', 'accelerate', 'torch')]")
+             "'pydantic', 'pydantic-core', 'starlette', 'uvicorn', 'sentence-transformers', 'peft', 'accelerate', "
+             "'torch')]")
     subprocess.run([sys.executable, "-c", check], env=os.environ)
     print(f"install: {'done' if not failed else 'failed for ' + ', '.join(failed)}", flush=True)
     return 0
