@@ -10,7 +10,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ragkit.cli._common import add_data_args, add_k_arg, add_model_args, add_output_args, emit, positive_int
+from ragkit.cli._common import (
+    add_data_args,
+    add_k_arg,
+    add_model_args,
+    add_output_args,
+    emit,
+    non_negative_int,
+    positive_int,
+    set_requirements,
+)
 from ragkit.datasets import detect_format
 
 logger = logging.getLogger(__name__)
@@ -45,6 +54,51 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0)
 
 
+def default_report_name(args: argparse.Namespace) -> str:
+    """``ragkit eval``'s report file when ``--out`` is not given: named after the settings.
+
+    The bare command (the bundled sample) writes ``ragkit-eval-report.json``; with data, the name
+    holds the dataset, the data file's name, ``--limit``, the retriever and the methods, e.g.
+    ``ragkit-eval-hotpotqa-dev-50q-none+moi+voting.json``, so that two example commands do not
+    collide on one report (a report refuses a run with other settings). Sub-commands keep theirs.
+    """
+    import re
+
+    from ragkit.eval.runner import DEFAULT_REPORT
+
+    if getattr(args, "eval_command", None) is not None or (args.dataset is None and args.data_file is None):
+        return DEFAULT_REPORT
+    stem = Path(args.data_file).name if args.data_file else ""
+    for suffix in (".gz", ".jsonl", ".json"):
+        stem = stem.removesuffix(suffix)
+    parts = [args.dataset or "", stem, f"{args.limit}q" if args.limit else "",
+             args.retriever if args.retriever != "given" else "", "+".join(args.methods or DEFAULT_METHODS)]
+    name = "-".join(re.sub(r"[^A-Za-z0-9._+=]+", "_", p) for p in parts if p)
+    return f"ragkit-eval-{name[:120]}.json"
+
+
+def _requires(args: argparse.Namespace) -> list[tuple[list[str], str]]:
+    """Optional packages of ``ragkit eval [sweep|consistency]`` with these flags.
+
+    ``--plot`` needs matplotlib (``[plots]``); an MS MARCO evaluation scores answers with the
+    official metrics, whose tokenizer is spaCy's (``[msmarco]``).
+    """
+    sub = getattr(args, "eval_command", None)
+    out: list[tuple[list[str], str]] = []
+    if getattr(args, "plot", None):
+        out.append((["matplotlib"], f"ragkit eval{' ' + sub if sub else ''} --plot"))
+    if sub is None:
+        dataset = args.dataset
+        if dataset is None and args.data_file:
+            try:
+                dataset = detect_format(args.data_file)
+            except (OSError, ValueError):  # the command itself reports a missing or unreadable file
+                dataset = None
+        if dataset in ("msmarco", "ms_marco", "ms-marco"):
+            out.append((["spacy"], "ragkit eval on MS MARCO (the official metrics' tokenizer)"))
+    return out
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     """Add ``eval`` with its ``sweep`` and ``consistency`` sub-commands."""
     p = sub.add_parser(
@@ -55,7 +109,8 @@ def register(sub: argparse._SubParsersAction) -> None:
             f"({SAMPLE_LIMIT} questions, passages cut to {SAMPLE_PASSAGE_TOKENS} tokens) with the embedded "
             f"generator and methods {','.join(SAMPLE_METHODS)} (the given order, MoI's default design, MoI with "
             "the prior design, the lost-in-the-middle reorder), printing each method's difference to the given "
-            "order with a paired bootstrap interval; writes ragkit-eval-report.json and .md in the current directory."
+            "order with a paired bootstrap interval; writes ragkit-eval-report.json and .md in the current directory "
+            "(with --data-file: a name made of the settings, unless --out is given)."
         ),
     )
     add_data_args(p, dataset_help="hotpotqa | msmarco | nq-open (default: told from --data-file; "
@@ -68,20 +123,31 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="comma-separated, e.g. none,moi,voting; the first is the baseline of the paired "
                         f"differences (default {','.join(DEFAULT_METHODS)}; the bundled sample: "
                         f"{','.join(SAMPLE_METHODS)})")
-    add_k_arg(p, default=10)
+    p.add_argument("-k", "--k", type=positive_int, default=None,
+                   help="passages that go into the prompt: the top K of each method's ranking (default: all "
+                        "candidates; 10 when --candidates is not given either)")
+    p.add_argument("--candidates", type=positive_int, default=None, metavar="N",
+                   help="first-stage depth: passages the retriever returns and the reranker sees (default: K)")
+    p.add_argument("--corpus", action="append", default=[], metavar="FILE",
+                   help="extra corpus JSONL ({\"id\", \"text\", \"title\"}) pooled with every record's passages "
+                        "for --retriever bm25|dense|hybrid (repeatable)")
+    p.add_argument("--offset", type=non_negative_int, default=0,
+                   help="skip the first N questions before --limit (the corpus still pools every record)")
     p.add_argument("--chunk-size", type=positive_int, default=8,
                    help="questions per run_many call / partial-file append")
     p.add_argument("--bootstrap", type=positive_int, default=1000, help="bootstrap resamples for 95%% intervals")
     p.add_argument("--profile", default=None, metavar="FILE",
                    help="position-bias profile JSON for the MoI methods and bias-aware placement (default: the "
                         "model's cached profile from `ragkit bias-profile`, else flat with a warning)")
-    add_output_args(p, out_help="JSON report (default ragkit-eval-report.json)")
+    add_output_args(p, out_help="JSON report (default: ragkit-eval-report.json for the bundled sample, else named "
+                                "after the settings, e.g. ragkit-eval-hotpotqa-dev-50q-none+moi.json)")
     p.add_argument("--report", default=None, help="markdown report (default: --out with .md)")
     p.add_argument("--plot", default=None, metavar="DIR", help="write PNG bar plots here")
     p.add_argument("--resume", action=argparse.BooleanOptionalAction, default=True,
                    help="skip questions already in <out>.partial.jsonl (default on)")
     _add_common(p)
-    p.set_defaults(func=_run_eval)
+    p.set_defaults(func=_run_eval, _default_out=default_report_name)
+    set_requirements(p, _requires)
 
     esub = p.add_subparsers(dest="eval_command", metavar="{sweep,consistency}")
     s = esub.add_parser("sweep", help="lost-in-the-middle position sweep on NQ-open (oracle format)")
@@ -137,9 +203,11 @@ def _run_eval(args: argparse.Namespace) -> int:
         pmt = SAMPLE_PASSAGE_TOKENS
     if args.profile and not Path(args.profile).is_file():
         raise FileNotFoundError(f"--profile {args.profile}: no such file; write one with `ragkit bias-profile`")
+    k = args.k if args.k is not None else (args.candidates if args.candidates is not None else SAMPLE_K)
     cfg = EvalConfig(
         dataset=dataset, data_file=args.data_file, sample=sample, limit=limit, split=args.split,
-        setting=args.setting, retriever=args.retriever, methods=methods, k=args.k, model=args.model,
+        setting=args.setting, retriever=args.retriever, methods=methods, k=k, candidates=args.candidates,
+        corpus=tuple(args.corpus), offset=args.offset, model=args.model,
         embedder=args.embedder, template=args.template, passage_max_tokens=pmt,
         max_new_tokens=args.max_new_tokens, batch_size=args.batch_size, chunk_size=args.chunk_size,
         seed=args.seed, n_bootstrap=args.bootstrap, device=args.device,
@@ -147,7 +215,8 @@ def _run_eval(args: argparse.Namespace) -> int:
     )
     out = args.out or DEFAULT_REPORT
     if sample:
-        print(f"ragkit eval: bundled HotpotQA dev sample, {limit} questions, k={cfg.k} given paragraphs cut to "
+        print(f"ragkit eval: bundled HotpotQA dev sample, {limit} questions, k={cfg.k} of {cfg.n_candidates} given "
+              "paragraphs cut to "
               f"{pmt} tokens, methods {','.join(cfg.methods)}, generator {cfg.model or 'embedded SmolLM2'}",
               file=sys.stderr)
     t0 = time.perf_counter()
