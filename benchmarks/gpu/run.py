@@ -306,7 +306,10 @@ def main(argv: list[str] | None = None, hard_exit: bool = True) -> int:
         ap.error(f"unknown measurement(s) {', '.join(bad)}; choose from {', '.join(STEPS)}")
     if a.time_limit <= 0:
         ap.error("--time-limit must be positive")
-    os.environ.setdefault("RAGKIT_NO_PROGRESS", "1")
+    # the GPU machine reaches no hub: a lookup would wait for its network timeout instead of failing fast
+    for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE", "HF_HUB_DISABLE_TELEMETRY",
+                "RAGKIT_NO_PROGRESS"):
+        os.environ.setdefault(var, "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     logging.basicConfig(level=logging.WARNING)
     from ragkit.models import check_device, resolve_device
