@@ -96,7 +96,6 @@ def test_grpo_config_is_explicit(tmp_path) -> None:
     gradient checkpointing follows the device unless set."""
     import dataclasses
 
-    import torch
     from trl import GRPOConfig
 
     import ragkit.training.psgrpo as psgrpo
