@@ -45,6 +45,7 @@ __all__ = [
     "cache_dir",
     "check_device",
     "check_model_available",
+    "looks_like_hub_id",
     "gguf_cache_folder",
     "resolve_device",
     "resolve_dtype",
@@ -257,6 +258,11 @@ _HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?
 def _looks_like_path(name: str) -> bool:
     """Not a hub id (``name`` or ``org/name``): a path that should exist locally."""
     return name.endswith(".gguf") or not _HUB_ID.match(name)
+
+
+def looks_like_hub_id(name: str) -> bool:
+    """``name`` is spelled like a hub id (``name`` or ``org/name``; not a ``.gguf`` file, not a longer path)."""
+    return not _looks_like_path(name)
 
 
 def resolve_generator_path(name: str | None = None) -> str:
