@@ -254,7 +254,8 @@ class MethodOutput:
     Attributes
     ----------
     ranking
-        Passages ranked best first.
+        Passages ranked best first; ``ranking.info`` is the reranker's cost and diagnostics
+        (:class:`~ragkit.types.RankInfo`: ``fallback`` says whether it kept the input order).
     order
         Final prompt order (indices into the input passages; ``order[j]`` = passage at slot ``j``).
     answer
@@ -270,6 +271,11 @@ class MethodOutput:
     answer: str | None = None
     generator_calls: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def fallback(self) -> bool:
+        """Whether the reranker fell back to the input order (``ranking.info.fallback``)."""
+        return bool(self.ranking.info.fallback)
 
 
 def _indices(ranking: RankedList, passages: list[Passage]) -> list[int]:
@@ -372,13 +378,15 @@ class Method:
                              "with at least one reference answer per question")
         ps = [as_passages(p) for p in passages]
         rankings = self.reranker.rank_many(queries, ps, scores)
-        calls = list(self.reranker.last_generator_calls)
+        if len(rankings) != len(queries):  # never zip a short answer away
+            raise RuntimeError(f"{type(self.reranker).__name__} returned {len(rankings)} rankings "
+                               f"for {len(queries)} queries")
         outs: list[MethodOutput] = []
-        for q, p, rk, c in zip(queries, ps, rankings, calls):
+        for q, p, rk in zip(queries, ps, rankings):
             idx = _indices(rk, p)
             order = place(idx, self.placement, self._profile(len(p)))
-            outs.append(MethodOutput(ranking=RankedList(rk.hits, q), order=order, generator_calls=c,
-                                     extra=self._reranker_extra(len(outs))))
+            outs.append(MethodOutput(ranking=rk.with_(query=q), order=order,
+                                     generator_calls=rk.info.generator_calls, extra=_reranker_extra(rk)))
         if generate_answer:
             assert self.answerer is not None
             placed = [[p[j] for j in o.order] for p, o in zip(ps, outs)]
@@ -387,18 +395,16 @@ class Method:
                 o.answer = r.answer
                 o.generator_calls += r.generator_calls
                 if r.scores is not None:  # the answerer reranked (PSC)
-                    o.ranking = RankedList.from_scores(pl, r.scores, q)
+                    o.ranking = RankedList.from_scores(pl, r.scores, q, info=o.ranking.info)
                 o.order = [o.order[j] for j in r.order]
                 o.extra.update(r.extra)
         return outs
 
-    def _reranker_extra(self, i: int) -> dict[str, Any]:
-        res = getattr(self.reranker, "last_results", None)
-        if not res:
-            return {}
-        r = res[i]
-        return {"utilities": r.utilities.tolist(), "outcomes": [float(x) for x in r.outcomes],
-                "ordering_answers": list(r.ordering_answers), "target": r.target}
+
+def _reranker_extra(ranking: RankedList) -> dict[str, Any]:
+    """The MoI diagnostics a method output keeps in ``extra`` (from the ranking's ``info.details``)."""
+    d = ranking.info.details
+    return {key: d[key] for key in ("utilities", "outcomes", "ordering_answers", "target") if key in d}
 
 
 def get_method(name: str, generator: GeneratorLike | None = None, **kwargs: Any) -> Method:

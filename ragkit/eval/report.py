@@ -43,7 +43,9 @@ def eval_table(report: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
     agg = report["aggregate"]
     names = list(report["metrics"])
     extra = [m for m in ("mrr@10", "recall@2") if any(m in v for v in agg.values())]
-    header = ["method", *names, *extra, "gen. calls/q", "s/q", "n"]
+    # questions whose reranker kept the input order (MoI's fallback): shown when any did
+    fb = any(res.get("fallbacks") for res in agg.values())
+    header = ["method", *names, *extra, "gen. calls/q", "s/q", *(["fell back"] if fb else []), "n"]
     rows = []
     for method, res in agg.items():
         rows.append(
@@ -52,6 +54,7 @@ def eval_table(report: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
                 *(format_ci(res.get(n)) for n in names + extra),
                 f"{res.get('generator_calls_per_question', 0.0):.1f}",
                 f"{res.get('seconds_per_question', 0.0):.2f}",
+                *([str(res.get("fallbacks", 0))] if fb else []),
                 str(res.get("questions", 0)),
             ]
         )

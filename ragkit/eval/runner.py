@@ -266,6 +266,8 @@ def _row(method: str, rec: QARecord, cand: RankedList, out: Any, dataset: str, e
         "order": [int(i) for i in out.order],
         "gold_ids": list(rec.gold_ids),
         "generator_calls": int(getattr(out, "generator_calls", 0) or 0),
+        # the reranker kept the input order (MoI's interventions did not separate the passages)
+        "fallback": bool(ranking.info.fallback),
         "seconds": round(elapsed, 4),
         "metrics": answer_metrics(dataset, answer, rec.answers),
     }
@@ -294,6 +296,7 @@ def aggregate(
                 res[name] = bootstrap_ci(list(per[name].values()), n_bootstrap, seed)
         res["generator_calls_per_question"] = float(np.mean([r["generator_calls"] for r in mrows])) if mrows else 0.0
         res["seconds_per_question"] = float(np.mean([r["seconds"] for r in mrows])) if mrows else 0.0
+        res["fallbacks"] = sum(bool(r.get("fallback", False)) for r in mrows)
         res["questions"] = len(mrows)
         agg[m] = res
     return agg
