@@ -42,6 +42,7 @@ __all__ = [
     "MissingDefaultModelError",
     "cache_dir",
     "check_device",
+    "check_model_available",
     "gguf_cache_folder",
     "resolve_device",
     "resolve_dtype",
@@ -275,6 +276,112 @@ def _check_model_name(name: str) -> str:
     return name
 
 
+def _hub_endpoint() -> tuple[str, int]:
+    """Host and port of the Hugging Face hub (``$HF_ENDPOINT`` or huggingface.co)."""
+    from urllib.parse import urlparse
+
+    url = urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+    return url.hostname or "huggingface.co", url.port or (80 if url.scheme == "http" else 443)
+
+
+def _hub_offline() -> bool:
+    return any(os.environ.get(v, "").strip().lower() in ("1", "true", "yes", "on")
+               for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
+
+
+def _cached_hub_ids() -> list[str]:
+    """Model ids in the local Hugging Face cache (names of its ``models--org--name`` folders)."""
+    try:
+        from huggingface_hub.constants import HF_HUB_CACHE
+    except ImportError:  # pragma: no cover - huggingface_hub comes with transformers
+        return []
+    try:
+        names = os.listdir(HF_HUB_CACHE)
+    except OSError:
+        return []
+    return [n[len("models--"):].replace("--", "/") for n in names if n.startswith("models--")]
+
+
+def _in_hub_cache(repo_id: str) -> bool:
+    """Whether ``repo_id``'s ``config.json`` is in the local Hugging Face cache (no network)."""
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:  # pragma: no cover
+        return False
+    for fname in ("config.json", "modules.json"):
+        try:
+            hit = try_to_load_from_cache(repo_id, fname)
+        except Exception:  # a malformed id: the loader reports it
+            return False
+        if isinstance(hit, str):
+            return True
+    return False
+
+
+def _hub_reachable(timeout: float = 3.0) -> str | None:
+    """``None`` when a TCP connection to the hub opens within ``timeout`` s, else the reason it did not."""
+    import socket
+
+    host, port = _hub_endpoint()
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return None
+    except OSError as e:
+        return f"{host}:{port} is not reachable ({e.strerror or type(e).__name__})"
+
+
+def check_model_available(name: str | None, kind: str = "generator") -> None:
+    """Fail in a second, before any work, when the model ``name`` cannot be loaded.
+
+    Local folders and ``.gguf`` files are checked as :func:`load_generator` checks them; the
+    embedded defaults must be installed. A hub id must be in the local Hugging Face cache or the
+    hub must be reachable: with ``HF_HUB_OFFLINE``/``TRANSFORMERS_OFFLINE`` set the cache decides
+    at once, otherwise one TCP connection with a 3 s timeout does. ``from_pretrained`` would
+    instead retry an unreachable hub for about a minute before its error, whose text does not say
+    whether the name or the network is wrong. The error names close matches from the cache.
+
+    Parameters
+    ----------
+    name
+        ``--model`` / ``--embedder`` value (``None``: the embedded default).
+    kind
+        ``"generator"`` or ``"embedder"`` (which default and which name forms apply).
+    """
+    if kind == "embedder":
+        if name is None or name.lower() in _EMBEDDER_ALIASES:
+            resolve_embedder_path(name)
+            return
+    elif name is None or name.lower() in _GENERATOR_ALIASES:
+        _smollm_gguf_dir()
+        return
+    if name.startswith(("http://", "https://")):  # a served model (RemoteGenerator): checked when it connects
+        return
+    p = Path(name).expanduser()
+    if name.endswith(".gguf") and p.is_file():
+        return
+    if kind == "embedder" and p.is_dir():
+        return
+    name = _check_model_name(name)
+    if Path(name).expanduser().is_dir():
+        return
+    candidates = [name] if kind == "generator" or "/" in name else [name, f"sentence-transformers/{name}"]
+    if any(_in_hub_cache(c) for c in candidates):
+        return
+    import difflib
+
+    close = difflib.get_close_matches(name, _cached_hub_ids(), n=3, cutoff=0.75)
+    hint = f" Did you mean {' or '.join(repr(c) for c in close)} (in the local cache)?" if close else ""
+    if _hub_offline():
+        raise FileNotFoundError(f"{kind} {name!r} is not a local folder and not in the local Hugging Face cache, "
+                                f"and HF_HUB_OFFLINE is set; check the name, or download it with network access "
+                                f"(unset HF_HUB_OFFLINE).{hint}")
+    why = _hub_reachable()
+    if why is not None:
+        raise FileNotFoundError(f"{kind} {name!r} is not a local folder and not in the local Hugging Face cache, "
+                                f"and the hub cannot be downloaded from: {why}; check the name, or connect to the "
+                                f"network (or pass a local folder / .gguf file).{hint}")
+
+
 def load_generator(
     name: str | None = None, device: str = "auto", dtype: str | torch.dtype | None = "auto"
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
@@ -290,6 +397,8 @@ def load_generator(
     dev = resolve_device(device)
     check_device(dev)
     path = _check_model_name(resolve_generator_path(name))
+    if not Path(path).expanduser().is_dir():
+        check_model_available(path)
     dt = resolve_dtype(dtype, dev)
     logger.info("loading generator %s on %s (%s)", path, dev, dt)
     try:

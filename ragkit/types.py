@@ -14,7 +14,8 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
-__all__ = ["Passage", "Query", "Hit", "RankInfo", "RankedList", "QARecord", "RagkitError", "as_passages", "as_query"]
+__all__ = ["Passage", "Query", "Hit", "RankInfo", "RankedList", "QARecord", "RagkitError", "MissingExtraError",
+           "EXTRAS", "missing_modules", "require_extra", "as_passages", "as_query"]
 
 
 class RagkitError(Exception):
@@ -23,6 +24,65 @@ class RagkitError(Exception):
     Its message names the problem and the fix; the command line prints it as one line
     (``ragkit: error: <message>``) and exits with status 1. Subclass it for specific cases.
     """
+
+
+EXTRAS: dict[str, tuple[str, str]] = {
+    # import name: (ragkit extra that installs it, PyPI package)
+    "peft": ("train", "peft"),
+    "trl": ("train", "trl==1.16.0"),
+    "datasets": ("train", "datasets"),
+    "yaml": ("train", "pyyaml"),
+    "starlette": ("serve", "starlette"),
+    "uvicorn": ("serve", "uvicorn"),
+    "prometheus_client": ("serve", "prometheus-client"),
+    "httpx": ("remote", "httpx"),
+    "spacy": ("msmarco", "spacy"),
+    "matplotlib": ("plots", "matplotlib"),
+    "ranx": ("eval", "ranx"),
+    "langchain_core": ("langchain", "langchain-core"),
+    "llama_index.core": ("llamaindex", "llama-index-core"),
+    "haystack": ("haystack", "haystack-ai"),
+}
+"""The optional dependencies: which ``pip install "ragkit[EXTRA]"`` brings each (``pyproject.toml``)."""
+
+
+class MissingExtraError(RagkitError, ImportError):
+    """An optional dependency is not installed; the message names the extra that installs it."""
+
+
+def missing_modules(modules: Iterable[str]) -> list[str]:
+    """The names in ``modules`` that cannot be imported (found without importing them)."""
+    import importlib.util
+
+    out = []
+    for name in modules:
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):  # a missing parent package, or a module set to None in sys.modules
+            found = False
+        if not found:
+            out.append(name)
+    return out
+
+
+def require_extra(modules: Iterable[str], what: str) -> None:
+    """Raise :class:`MissingExtraError` naming the extras to install when any of ``modules`` is missing.
+
+    Parameters
+    ----------
+    modules
+        Import names, keys of :data:`EXTRAS` (``"peft"``, ``"matplotlib"``, ...).
+    what
+        What needs them, for the message (``"ragkit train cord --lora"``).
+    """
+    missing = missing_modules(modules)
+    if not missing:
+        return
+    extras = sorted({EXTRAS[m][0] for m in missing if m in EXTRAS})
+    packages = " ".join(EXTRAS[m][1] if m in EXTRAS else m for m in missing)
+    how = f'pip install "ragkit[{",".join(extras)}]"' if extras else f"pip install {packages}"
+    raise MissingExtraError(f"{what} needs {', '.join(missing)}, which is not installed: {how} "
+                            f"(or pip install {packages})")
 
 
 @dataclass(frozen=True)

@@ -105,6 +105,26 @@ def _check_out(args: argparse.Namespace) -> None:
         raise RagkitError(f"--out {out} is a folder; pass a file path, e.g. --out {os.path.join(out, 'result.json')}")
 
 
+def _check_extras(args: argparse.Namespace) -> None:
+    """The optional packages this command needs with these flags (``set_requirements``), before any work."""
+    from ragkit.types import require_extra
+
+    requires = getattr(args, "_requires", None)
+    for modules, what in (requires(args) if requires else ()):
+        require_extra(modules, what)
+
+
+def _check_models(args: argparse.Namespace) -> None:
+    """An explicit ``--model`` / ``--embedder`` that cannot load fails here, in about a second (not after
+    an index build and a minute of hub retries): :func:`ragkit.models.check_model_available`."""
+    from ragkit.models import check_model_available
+
+    for attr, kind in (("model", "generator"), ("embedder", "embedder")):
+        name = getattr(args, attr, None)
+        if isinstance(name, str) and name:
+            check_model_available(name, kind=kind)
+
+
 _LOCKED_COMMANDS = ("index", "eval", "distill", "train", "bias-profile")
 """Commands whose outputs take long to make: a second run writing the same output stops at once."""
 
@@ -117,10 +137,6 @@ def _lock_targets(args: argparse.Namespace) -> list[str]:
     if getattr(args, "command", None) not in _LOCKED_COMMANDS:
         return []
     out = getattr(args, "out", None)
-    if out is None and args.command == "eval" and getattr(args, "eval_command", None) is None:
-        from ragkit.eval.runner import DEFAULT_REPORT
-
-        out = DEFAULT_REPORT
     targets = [str(t) for t in (out, getattr(args, "output_dir", None)) if t]
     return list(dict.fromkeys(os.path.abspath(t) for t in targets))
 
@@ -157,9 +173,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if getattr(args, "_data_file_required", False) and not getattr(args, "data_file", None):
         print(f"ragkit {args.command}: error: the following arguments are required: --data-file", file=sys.stderr)
         return 2
+    default_out = getattr(args, "_default_out", None)
+    if default_out is not None and not getattr(args, "out", None):
+        args.out = default_out(args)  # before the lock: the lock and the run use the same file
     try:
         _check_out(args)
         _check_device(args)
+        _check_extras(args)
+        _check_models(args)
         rc = _run_locked(func, args)
     except KeyboardInterrupt:
         print("ragkit: interrupted", file=sys.stderr)

@@ -27,6 +27,7 @@ __all__ = [
     "positive_float",
     "non_negative_int",
     "emit",
+    "set_requirements",
 ]
 
 
@@ -142,6 +143,15 @@ def add_k_arg(p: argparse.ArgumentParser, default: int = 10, help: str = "passag
               type: Any = positive_int) -> None:
     """``-k/--k``: how many passages (the same spelling in every command)."""
     p.add_argument("-k", "--k", type=type, default=default, help=f"{help} (default {default})")
+
+
+def set_requirements(p: argparse.ArgumentParser, requires: Any) -> None:
+    """Declare a command's optional dependencies: ``requires(args)`` returns ``[(modules, what), ...]``.
+
+    :func:`ragkit.cli.main` checks them (:func:`ragkit.types.require_extra`) before the command
+    starts, so a missing extra is named in a second instead of after minutes of work.
+    """
+    p.set_defaults(_requires=requires)
 
 
 def emit(result: Any, args: argparse.Namespace, text: str | None = None, write: bool = True) -> None:

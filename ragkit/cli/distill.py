@@ -19,7 +19,14 @@ import contextlib
 import sys
 from typing import Any
 
-from ragkit.cli._common import add_data_args, add_output_args, emit, positive_float, positive_int
+from ragkit.cli._common import (
+    add_data_args,
+    add_output_args,
+    emit,
+    positive_float,
+    positive_int,
+    set_requirements,
+)
 
 
 def _add_train_args(p: argparse.ArgumentParser, required: bool) -> None:
@@ -38,6 +45,13 @@ def _add_train_args(p: argparse.ArgumentParser, required: bool) -> None:
     add_output_args(p, folder=True, required=required, out_help="folder for the trained student (written atomically)")
 
 
+def _train_requires(args: argparse.Namespace) -> list[tuple[list[str], str]]:
+    """Training the student runs sentence-transformers' trainer, which reads a ``datasets.Dataset``."""
+    if getattr(args, "distill_command", None) == "labels":
+        return []
+    return [(["datasets"], "ragkit distill (training the student)")]
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     """Add ``ragkit distill`` (train) and ``ragkit distill labels`` to the top-level sub-commands."""
     p = sub.add_parser(
@@ -48,11 +62,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     _add_train_args(p, required=False)
     p.set_defaults(func=_train)
+    set_requirements(p, _train_requires)
     dsub = p.add_subparsers(dest="distill_command", metavar="{train,labels}")
 
     t = dsub.add_parser("train", help="train the student (same as `ragkit distill --labels ... --out ...`)")
     _add_train_args(t, required=True)
     t.set_defaults(func=_train)
+    set_requirements(t, _train_requires)
 
     lab = dsub.add_parser("labels", help="label training questions with MoI (gold outcome); resumable")
     add_data_args(lab, required=True)

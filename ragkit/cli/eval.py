@@ -10,7 +10,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ragkit.cli._common import add_data_args, add_k_arg, add_model_args, add_output_args, emit, positive_int
+from ragkit.cli._common import (
+    add_data_args,
+    add_k_arg,
+    add_model_args,
+    add_output_args,
+    emit,
+    positive_int,
+    set_requirements,
+)
 from ragkit.datasets import detect_format
 
 logger = logging.getLogger(__name__)
@@ -45,6 +53,51 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0)
 
 
+def default_report_name(args: argparse.Namespace) -> str:
+    """``ragkit eval``'s report file when ``--out`` is not given: named after the settings.
+
+    The bare command (the bundled sample) writes ``ragkit-eval-report.json``; with data, the name
+    holds the dataset, the data file's name, ``--limit``, the retriever and the methods, e.g.
+    ``ragkit-eval-hotpotqa-dev-50q-none+moi+voting.json``, so that two example commands do not
+    collide on one report (a report refuses a run with other settings). Sub-commands keep theirs.
+    """
+    import re
+
+    from ragkit.eval.runner import DEFAULT_REPORT
+
+    if getattr(args, "eval_command", None) is not None or (args.dataset is None and args.data_file is None):
+        return DEFAULT_REPORT
+    stem = Path(args.data_file).name if args.data_file else ""
+    for suffix in (".gz", ".jsonl", ".json"):
+        stem = stem.removesuffix(suffix)
+    parts = [args.dataset or "", stem, f"{args.limit}q" if args.limit else "",
+             args.retriever if args.retriever != "given" else "", "+".join(args.methods or DEFAULT_METHODS)]
+    name = "-".join(re.sub(r"[^A-Za-z0-9._+=]+", "_", p) for p in parts if p)
+    return f"ragkit-eval-{name[:120]}.json"
+
+
+def _requires(args: argparse.Namespace) -> list[tuple[list[str], str]]:
+    """Optional packages of ``ragkit eval [sweep|consistency]`` with these flags.
+
+    ``--plot`` needs matplotlib (``[plots]``); an MS MARCO evaluation scores answers with the
+    official metrics, whose tokenizer is spaCy's (``[msmarco]``).
+    """
+    sub = getattr(args, "eval_command", None)
+    out: list[tuple[list[str], str]] = []
+    if getattr(args, "plot", None):
+        out.append((["matplotlib"], f"ragkit eval{' ' + sub if sub else ''} --plot"))
+    if sub is None:
+        dataset = args.dataset
+        if dataset is None and args.data_file:
+            try:
+                dataset = detect_format(args.data_file)
+            except (OSError, ValueError):  # the command itself reports a missing or unreadable file
+                dataset = None
+        if dataset in ("msmarco", "ms_marco", "ms-marco"):
+            out.append((["spacy"], "ragkit eval on MS MARCO (the official metrics' tokenizer)"))
+    return out
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     """Add ``eval`` with its ``sweep`` and ``consistency`` sub-commands."""
     p = sub.add_parser(
@@ -55,7 +108,8 @@ def register(sub: argparse._SubParsersAction) -> None:
             f"({SAMPLE_LIMIT} questions, passages cut to {SAMPLE_PASSAGE_TOKENS} tokens) with the embedded "
             f"generator and methods {','.join(SAMPLE_METHODS)} (the given order, MoI's default design, MoI with "
             "the prior design, the lost-in-the-middle reorder), printing each method's difference to the given "
-            "order with a paired bootstrap interval; writes ragkit-eval-report.json and .md in the current directory."
+            "order with a paired bootstrap interval; writes ragkit-eval-report.json and .md in the current directory "
+            "(with --data-file: a name made of the settings, unless --out is given)."
         ),
     )
     add_data_args(p, dataset_help="hotpotqa | msmarco | nq-open (default: told from --data-file; "
@@ -75,13 +129,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--profile", default=None, metavar="FILE",
                    help="position-bias profile JSON for the MoI methods and bias-aware placement (default: the "
                         "model's cached profile from `ragkit bias-profile`, else flat with a warning)")
-    add_output_args(p, out_help="JSON report (default ragkit-eval-report.json)")
+    add_output_args(p, out_help="JSON report (default: ragkit-eval-report.json for the bundled sample, else named "
+                                "after the settings, e.g. ragkit-eval-hotpotqa-dev-50q-none+moi.json)")
     p.add_argument("--report", default=None, help="markdown report (default: --out with .md)")
     p.add_argument("--plot", default=None, metavar="DIR", help="write PNG bar plots here")
     p.add_argument("--resume", action=argparse.BooleanOptionalAction, default=True,
                    help="skip questions already in <out>.partial.jsonl (default on)")
     _add_common(p)
-    p.set_defaults(func=_run_eval)
+    p.set_defaults(func=_run_eval, _default_out=default_report_name)
+    set_requirements(p, _requires)
 
     esub = p.add_subparsers(dest="eval_command", metavar="{sweep,consistency}")
     s = esub.add_parser("sweep", help="lost-in-the-middle position sweep on NQ-open (oracle format)")

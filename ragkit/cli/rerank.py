@@ -13,6 +13,7 @@ from ragkit.cli._common import (
     emit,
     non_negative_float,
     positive_int,
+    set_requirements,
 )
 
 __all__ = ["register", "add_moi_args", "moi_kwargs_from_args", "generator_from_args", "profile_from_args"]
@@ -193,3 +194,4 @@ def register(subparsers: Any) -> None:
     add_model_args(b, passage_max_tokens=60)
     add_output_args(b, required=True, result=False, out_help="profile JSON to write")
     b.set_defaults(func=_bias_profile)
+    set_requirements(b, lambda a: [(["matplotlib"], "ragkit bias-profile --plot")] if a.plot else [])

@@ -29,7 +29,7 @@ import typing
 from collections.abc import Sequence
 from typing import Any
 
-from ragkit.cli._common import add_output_args, emit
+from ragkit.cli._common import add_output_args, emit, set_requirements
 
 logger = logging.getLogger(__name__)
 
@@ -159,6 +159,17 @@ def _text(summary: dict[str, Any]) -> str:
     return "\n".join(f"{k}: {summary.get(k)}" for k in keys if k in summary)
 
 
+def _requires(args: argparse.Namespace) -> list[tuple[list[str], str]]:
+    """Optional packages of ``ragkit train cord|psgrpo`` with these settings (checked before any work)."""
+    method = args.train_method
+    out: list[tuple[list[str], str]] = []
+    if method == "psgrpo":
+        out.append((["trl", "datasets"], "ragkit train psgrpo"))
+    if getattr(args, "lora", False) or (getattr(args, "lora_r", 0) or 0) > 0:
+        out.append((["peft"], f"ragkit train {method} with LoRA"))
+    return out
+
+
 def run_cord(args: argparse.Namespace) -> int:
     """Handler of ``ragkit train cord``."""
     from ragkit.training.cord import CORDConfig, train_cord
@@ -222,3 +233,4 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         p = train_sub.add_parser(method, config=config, legacy=_LEGACY[method], help=help_, description=description)
         add_output_args(p, out_help="also write the run summary JSON to this file")
         p.set_defaults(func=handler)
+        set_requirements(p, _requires)

@@ -28,6 +28,10 @@ spec                      reranker
 ``moi_loo_gold``          MoI, leave-one-out, ``gold`` outcome (labels; an oracle)
 ``moi_loo_q``             MoI, leave-one-out, ``question`` outcome (the same as ``moi``)
 ``moi_ablate_q``          MoI, 2k random keep-masks, ``question`` outcome
+``upr``                   :class:`~ragkit.debias.upr.UPRReranker`: mean log p(question | one passage),
+                          one sequence per passage (Sachan et al., EMNLP 2022)
+``icr``                   :class:`~ragkit.debias.icr.ICRReranker`: calibrated query-to-passage attention,
+                          two passes for all passages (Chen et al., ICLR 2025)
 ``student:PATH``          :class:`~ragkit.debias.student.DistilledReranker` saved by ``ragkit distill``
 ``cross-encoder:NAME``    :class:`~ragkit.debias.cross_encoder.CrossEncoderReranker` (folder or hub id)
 ========================  ==========================================================================
@@ -44,6 +48,7 @@ name                      what it does
 ``voting``                greedy answer per cyclic rotation, majority answer; ranking = retriever's
 ``psc_borda``/``psc_rrf`` permutation self-consistency over the cyclic rotations; ranking = PSC's
 ``moi``...``moi_ablate_q`` the MoI reranker of the same name, bias-aware placement, one answer
+``upr`` / ``icr``         the reranker's ranking, ranking order, one answer
 ``student:PATH``          the distilled student's ranking, ranking order, one answer
 ``cross-encoder:NAME``    a cross-encoder's ranking, ranking order, one answer
 ========================  ==========================================================================
@@ -100,7 +105,12 @@ _MOI_RERANKERS: dict[str, dict[str, Any]] = {
     "moi_loo_q": {"design": "loo", "outcome": "question"},
     "moi_ablate_q": {"design": "ablate", "outcome": "question"},
 }
-RERANKER_NAMES: tuple[str, ...] = ("none", "random", *_MOI_RERANKERS)
+_LM_RERANKERS: dict[str, tuple[str, str, tuple[str, ...]]] = {
+    # name: (module, class, settings it takes)
+    "upr": ("ragkit.debias.upr", "UPRReranker", ()),
+    "icr": ("ragkit.debias.icr", "ICRReranker", ("calibration_query", "n_std")),
+}
+RERANKER_NAMES: tuple[str, ...] = ("none", "random", *_MOI_RERANKERS, *_LM_RERANKERS)
 """Fixed reranker specs; ``student:PATH`` and ``cross-encoder:NAME`` take an argument."""
 _PATTERNS = ("student:PATH", "cross-encoder:NAME")
 _ENCODER_KW = ("device", "batch_size", "max_length")
@@ -130,6 +140,8 @@ PRESETS: dict[str, Preset] = {p.name: p for p in (
     Preset("voting", "none", "none", "voting", "majority answer over the cyclic rotations"),
     Preset("psc_borda", "none", "none", "psc_borda", "permutation self-consistency, Borda"),
     Preset("psc_rrf", "none", "none", "psc_rrf", "permutation self-consistency, RRF"),
+    Preset("upr", "upr", "none", "single", "UPR: question likelihood given each passage alone; answer once"),
+    Preset("icr", "icr", "none", "single", "ICR: calibrated query-to-passage attention; answer once"),
     *(Preset(n, n, "bias_aware", "single", f"MoI ({kw['design']} design, {kw['outcome']} outcome)")
       for n, kw in _MOI_RERANKERS.items()),
 )}
@@ -235,6 +247,14 @@ def get_reranker(spec: str | Reranker, generator: GeneratorLike | None = None, *
         from ragkit.debias.reranker import MoIReranker
 
         return MoIReranker(generator, **{**_MOI_RERANKERS[kind], **kw})
+    if kind in _LM_RERANKERS:
+        if generator is None:
+            raise ValueError(f"reranker {spec!r} needs a generator; pass a ragkit.generation.Generator")
+        import importlib
+
+        module, cls, allowed = _LM_RERANKERS[kind]
+        reject(allowed)
+        return getattr(importlib.import_module(module), cls)(generator, **kw)
     assert arg is not None
     if kind == "student":
         from ragkit.debias.student import DistilledReranker

@@ -425,6 +425,9 @@ class PositionProfile:
 
     def plot(self, path: str | os.PathLike[str], title: str | None = None) -> None:
         """Save a bar chart of the weights (matplotlib, Agg backend) to ``path`` (PNG)."""
+        from ragkit.types import require_extra
+
+        require_extra(["matplotlib"], "plotting a position profile")
         import matplotlib
 
         matplotlib.use("Agg")

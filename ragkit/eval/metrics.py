@@ -18,8 +18,12 @@ Answer metrics
 
 Retrieval metrics
 -----------------
-:func:`ir_metrics` evaluates :class:`~ragkit.types.RankedList` runs with ``ranx``
-(Bassani, 2022), e.g. ``mrr@10``, ``ndcg@10``, ``recall@2``.
+:func:`ir_metrics` evaluates :class:`~ragkit.types.RankedList` runs, e.g. ``mrr@10``,
+``ndcg@10``, ``recall@2``. The common metrics (:data:`BUILTIN_IR_METRICS`) are computed here
+with ranx's definitions (Bassani, "ranx: A Blazing-Fast Python Library for Ranking Evaluation and
+Comparison", ECIR 2022; equality is tested): ranx itself pulls numba, pandas, seaborn,
+fastparquet and ir-datasets into an install that needs a dozen lines of it. Any other ranx
+metric name is evaluated by ranx (``pip install "ragkit[eval]"``).
 
 ``normalize_answer``, ``exact_match`` and ``f1_score`` live in :mod:`ragkit.text` (the shared core
 below debias, eval and training); this module re-exports the two scores as part of the metrics.
@@ -48,9 +52,12 @@ __all__ = [
     "ir_metrics",
     "ir_metrics_per_query",
     "DEFAULT_IR_METRICS",
+    "BUILTIN_IR_METRICS",
 ]
 
 DEFAULT_IR_METRICS: tuple[str, ...] = ("mrr@10", "ndcg@10", "recall@2", "recall@10")
+BUILTIN_IR_METRICS: tuple[str, ...] = ("mrr", "recall", "precision", "hit_rate", "ndcg", "map")
+"""Metric names (each with an optional ``@k`` cut-off) computed without ranx."""
 
 def _refs(references: str | Iterable[str]) -> list[str]:
     if isinstance(references, str):
@@ -176,12 +183,58 @@ def _ranx_inputs(
     return q, r
 
 
+def _builtin_metric(name: str) -> tuple[str, int | None] | None:
+    """``"mrr@10"`` -> ``("mrr", 10)``; ``None`` for a name not in :data:`BUILTIN_IR_METRICS`."""
+    base, _, cut = name.partition("@")
+    if base not in BUILTIN_IR_METRICS or (cut and not cut.isdigit()):
+        return None
+    return base, int(cut) if cut else None
+
+
+def _builtin_value(name: str, rel: Mapping[str, int], scores: Mapping[str, float]) -> float:
+    """One query's metric with ranx's definitions (``rel``: relevance > 0 per relevant id).
+
+    Documents are ranked by decreasing score, ties in the run's order. With ``R`` relevant
+    documents, the top-``k`` list and ``rel_i`` the relevance at 1-based rank ``i``:
+    MRR = 1 / (rank of the first relevant); recall = relevant retrieved / R; precision =
+    relevant retrieved / k; hit_rate = 1 if any relevant is retrieved; nDCG = DCG / IDCG with
+    DCG = sum_i rel_i / log2(i + 1) (Järvelin and Kekäläinen's linear gain, ranx's ``ndcg``);
+    MAP = (1 / R) sum over relevant retrieved of precision at their rank.
+    """
+    base, k = _builtin_metric(name)  # type: ignore[misc]
+    ranked = [d for d, _ in sorted(scores.items(), key=lambda kv: -kv[1])]
+    top = ranked[:k] if k is not None else ranked
+    hits = [1 if d in rel else 0 for d in top]
+    n_rel = len(rel)
+    if base == "mrr":
+        return next((1.0 / i for i, h in enumerate(hits, 1) if h), 0.0)
+    if base == "recall":
+        return sum(hits) / n_rel
+    if base == "precision":
+        return sum(hits) / (k if k is not None else max(len(top), 1))
+    if base == "hit_rate":
+        return float(any(hits))
+    if base == "map":
+        found, total = 0, 0.0
+        for i, h in enumerate(hits, 1):
+            if h:
+                found += 1
+                total += found / i
+        return total / n_rel
+    import math
+
+    dcg = sum(rel[d] / math.log2(i + 1) for i, d in enumerate(top, 1) if d in rel)
+    ideal = sorted(rel.values(), reverse=True)[: k if k is not None else None]
+    idcg = sum(v / math.log2(i + 1) for i, v in enumerate(ideal, 1))
+    return dcg / idcg if idcg > 0 else 0.0
+
+
 def ir_metrics_per_query(
     qrels: Mapping[str, Iterable[str] | Mapping[str, int]],
     run: Mapping[str, RankedList | Mapping[str, float]],
     metrics: Sequence[str] = DEFAULT_IR_METRICS,
 ) -> dict[str, dict[str, float]]:
-    """Per-query retrieval metrics through ``ranx``: ``{metric: {query_id: value}}``.
+    """Per-query retrieval metrics: ``{metric: {query_id: value}}`` (built in, or through ranx).
 
     Same inputs as :func:`ir_metrics`; only queries with at least one relevant id appear (a
     query missing from ``run`` scores 0).
@@ -191,6 +244,12 @@ def ir_metrics_per_query(
     q, r = _ranx_inputs(qrels, run)
     if not q:
         return {m: {} for m in metrics}
+    if all(_builtin_metric(m) is not None for m in metrics):
+        return {m: {qid: _builtin_value(m, q[qid], r[qid]) for qid in q} for m in metrics}
+    from ragkit.types import require_extra
+
+    others = [m for m in metrics if _builtin_metric(m) is None]
+    require_extra(["ranx"], f"the retrieval metric(s) {', '.join(others)} (built in: {', '.join(BUILTIN_IR_METRICS)})")
     from ranx import Qrels, Run, evaluate
 
     ranx_run = Run(r)
@@ -205,7 +264,7 @@ def ir_metrics(
     run: Mapping[str, RankedList | Mapping[str, float]],
     metrics: Sequence[str] = DEFAULT_IR_METRICS,
 ) -> dict[str, float]:
-    """Mean retrieval metrics of a run through ``ranx``.
+    """Mean retrieval metrics of a run (:data:`BUILTIN_IR_METRICS` built in, any other ranx metric through ranx).
 
     Parameters
     ----------

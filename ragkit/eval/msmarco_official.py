@@ -76,12 +76,11 @@ _SMALL = 1e-9
 
 @lru_cache(maxsize=1)
 def _tokenizer() -> Any:
-    try:
-        import spacy
-    except ImportError as e:  # pragma: no cover - spaCy is a dependency
-        raise ImportError(
-            "the MS MARCO official metrics tokenise with spaCy's English rules: pip install spacy"
-        ) from e
+    from ragkit.types import require_extra
+
+    require_extra(["spacy"], "the MS MARCO official metrics (spaCy's English tokenizer)")
+    import spacy
+
     return spacy.blank("en").tokenizer
 
 

@@ -13,6 +13,9 @@ __all__ = ["plot_aggregate", "plot_curves"]
 
 
 def _plt() -> Any:
+    from ragkit.types import require_extra
+
+    require_extra(["matplotlib"], "plotting")
     import matplotlib
 
     matplotlib.use("Agg")

@@ -14,7 +14,16 @@ Two outcomes per (question, k, slot):
   under teacher forcing (first alias), which moves smoothly with position even for small models.
 
 Anchors: closed-book (no passages) and oracle (gold passage only). Summary per ``k``: the curve,
-the worst slot, and the best−worst gap of each outcome.
+the worst slot, the best−worst gap of each outcome, and the mean per-question spread
+
+    spread = (1/Q) Σ_q ( max_g o_{q,g} − min_g o_{q,g} ),
+
+which, unlike the gap of the slot means, is not a best-minus-worst pick over noisy means.
+
+With ``permutations = P`` the same ``k`` passages (gold and distractors) are also shown in ``P``
+seeded random orders, and the summary gains the permutation sensitivity rate: the share of
+questions whose normalised greedy answer is not the same in all ``P`` orders (Stable-RAG,
+arXiv 2601.02993).
 """
 
 from __future__ import annotations
@@ -163,6 +172,7 @@ def position_sweep(
     resume: bool = True,
     chunk_questions: int = 10,
     show_progress: bool | None = None,
+    permutations: int = 0,
 ) -> SweepResult:
     """Run the lost-in-the-middle position sweep.
 
@@ -196,6 +206,10 @@ def position_sweep(
         Questions per chunk (each chunk is one batched ``answer`` and one ``score`` call).
     show_progress
         Progress bar over chunks (``None``: on unless ``RAGKIT_NO_PROGRESS`` is set).
+    permutations
+        ``P > 1`` adds, per question and k, ``P`` random orders of the same k passages (setting
+        ``"permutation"``, its ``order`` index in the row; seeded by ``seed`` and the question's
+        index), answered greedily (needs ``generate``), and ``psr`` in the summary. ``0``: none.
 
     Returns
     -------
@@ -204,6 +218,10 @@ def position_sweep(
     ks = [int(k)] if isinstance(k, (int, np.integer)) else [int(x) for x in k]
     if not ks:
         raise ValueError("k must name at least one context size")
+    if permutations < 0 or permutations == 1:
+        raise ValueError(f"permutations={permutations}: pass 0 (none) or at least 2 orders to compare")
+    if permutations and not generate:
+        raise ValueError("permutations need greedy answers: pass generate=True")
     recs = [r for r in records if _gold_passage(r) is not None and r.answers]
     if len(recs) < len(records):
         logger.warning("%d records without a gold passage or answers were skipped", len(records) - len(recs))
@@ -222,27 +240,42 @@ def position_sweep(
     golds = [_gold_passage(r) for r in recs]
 
     # Every (question, setting) context; they run in chunks of questions (one batched call each).
-    settings: list[tuple[int, str, int | None, int | None, list[Passage]]] = []
+    # A setting is (question index, name, k, slot, order, passages); ``order`` numbers the random
+    # orders of the "permutation" setting (None elsewhere).
+    settings: list[tuple[int, str, int | None, int | None, int | None, list[Passage]]] = []
     for i, (g, ds) in enumerate(zip(golds, distractors)):
         assert g is not None
-        settings.append((i, "closed_book", None, None, []))
-        settings.append((i, "oracle", None, None, [g]))
+        settings.append((i, "closed_book", None, None, None, []))
+        settings.append((i, "oracle", None, None, None, [g]))
         for kk in ks:
             for s in slot_map[kk]:
                 ctx = list(ds[: kk - 1])
                 ctx.insert(s, g)
-                settings.append((i, "slot", kk, s, ctx))
+                settings.append((i, "slot", kk, s, None, ctx))
+            if permutations:
+                perm_rng = np.random.default_rng([seed, i, kk])
+                base = [g, *ds[: kk - 1]]
+                for o in range(permutations):
+                    settings.append((i, "permutation", kk, None, o, [base[t] for t in perm_rng.permutation(kk)]))
 
     em = np.full(len(settings), np.nan)
     lp = np.full(len(settings), np.nan)
     preds: list[str] = [""] * len(settings)
-    config = {"seed": seed, "max_new_tokens": max_new_tokens, "pool_size": len(pool)}
+    config: dict[str, Any] = {"seed": seed, "max_new_tokens": max_new_tokens, "pool_size": len(pool)}
+    if permutations:
+        config["permutations"] = permutations
+
+    def scored(j: int) -> bool:
+        return score and settings[j][1] != "permutation"
 
     def per_question_row(j: int) -> dict[str, Any]:
-        i, st, kk, s, ctx = settings[j]
-        return {"qid": recs[i].id, "setting": st, "k": kk, "slot": s, "passage_ids": [c.id for c in ctx],
-                "gold_id": golds[i].id, "prediction": preds[j], "subspan_em": float(em[j]),  # type: ignore[union-attr]
-                "logprob": float(lp[j])}
+        i, st, kk, s, o, ctx = settings[j]
+        row = {"qid": recs[i].id, "setting": st, "k": kk, "slot": s, "passage_ids": [c.id for c in ctx],
+               "gold_id": golds[i].id, "prediction": preds[j], "subspan_em": float(em[j]),  # type: ignore[union-attr]
+               "logprob": float(lp[j])}
+        if o is not None:
+            row["order"] = o
+        return row
 
     todo = list(range(len(settings)))
     if partial is not None:
@@ -251,13 +284,15 @@ def position_sweep(
                        "passage_max_tokens": getattr(generator, "passage_max_tokens", None),
                        "template": getattr(getattr(generator, "template", None), "name", None),
                        "questions": [r.id for r in recs]}
-        done = {(r["qid"], r["setting"], r["k"], r["slot"]): r
+        if permutations:
+            fingerprint["permutations"] = permutations
+        done = {(r["qid"], r["setting"], r["k"], r["slot"], r.get("order")): r
                 for r in resume_appended_jsonl(partial, {"_sweep": fingerprint}, resume, key="_sweep")}
-        for j, (i, st, kk, s, ctx) in enumerate(settings):
-            row = done.get((recs[i].id, st, kk, s))
+        for j, (i, st, kk, s, o, ctx) in enumerate(settings):
+            row = done.get((recs[i].id, st, kk, s, o))
             if row is not None and row["passage_ids"] == [c.id for c in ctx]:
                 preds[j], em[j], lp[j] = row["prediction"], row["subspan_em"], row["logprob"]
-        todo = [j for j in range(len(settings)) if (generate and np.isnan(em[j])) or (score and np.isnan(lp[j]))]
+        todo = [j for j in range(len(settings)) if (generate and np.isnan(em[j])) or (scored(j) and np.isnan(lp[j]))]
         if len(todo) < len(settings):
             logger.info("resuming: %d of %d sweep contexts already in %s", len(settings) - len(todo),
                         len(settings), partial)
@@ -266,20 +301,22 @@ def position_sweep(
         chunks.setdefault(settings[j][0] // max(1, chunk_questions), []).append(j)
     for js in progress(list(chunks.values()), show=show_progress, desc="sweep", unit="chunk"):
         if generate:
-            out = generator.answer([recs[settings[j][0]].question for j in js], [settings[j][4] for j in js],
+            out = generator.answer([recs[settings[j][0]].question for j in js], [settings[j][5] for j in js],
                                    max_new_tokens=max_new_tokens)
             for j, p in zip(js, out):
                 preds[j], em[j] = p, best_subspan_em(p, recs[settings[j][0]].answers)
-        if score:
-            prompts = [generator.build_prompt(recs[settings[j][0]].question, settings[j][4]) for j in js]
-            res = generator.score(prompts, [recs[settings[j][0]].answers[0] for j in js])
-            lp[js] = np.asarray(res.mean, dtype=float)
+        js_scored = [j for j in js if scored(j)]
+        if js_scored:
+            prompts = [generator.build_prompt(recs[settings[j][0]].question, settings[j][5]) for j in js_scored]
+            res = generator.score(prompts, [recs[settings[j][0]].answers[0] for j in js_scored])
+            lp[js_scored] = np.asarray(res.mean, dtype=float)
         if partial is not None:
             append_jsonl(partial, [per_question_row(j) for j in js])
 
     rows: list[dict[str, Any]] = []
     keys: list[tuple[str, int | None, int | None]] = [("closed_book", None, None), ("oracle", None, None)]
     keys += [("slot", kk, s) for kk in ks for s in slot_map[kk]]
+    keys += [("permutation", kk, None) for kk in ks] if permutations else []
     for setting, kk, s in keys:
         m = np.array([st[1] == setting and st[2] == kk and st[3] == s for st in settings])
         rows.append(
@@ -288,7 +325,7 @@ def position_sweep(
                 "k": kk,
                 "slot": s,
                 "subspan_em": float(np.nanmean(em[m])) if generate else float("nan"),
-                "logprob": float(np.nanmean(lp[m])) if score else float("nan"),
+                "logprob": float(np.nanmean(lp[m])) if score and setting != "permutation" else float("nan"),
                 "n": int(m.sum()),
             }
         )
@@ -307,7 +344,10 @@ def position_sweep(
                 "best_slot": rs[best]["slot"],
                 "best": float(vals[best]),
                 "gap": float(vals[best] - vals[worst]),
+                "spread": _mean_spread(settings, em if key == "subspan_em" else lp, kk),
             }
+        if permutations:
+            entry["psr"] = _permutation_sensitivity(settings, preds, kk)
         summary[str(kk)] = entry
     per_q = [per_question_row(j) for j in range(len(settings))]
     return SweepResult(
@@ -320,3 +360,22 @@ def position_sweep(
         summary=summary,
         config=config,
     )
+
+
+def _mean_spread(settings: Sequence[tuple], values: np.ndarray, k: int) -> float:
+    """Mean over questions of ``max − min`` of one outcome across the gold slots of context size ``k``."""
+    by_q: dict[int, list[float]] = {}
+    for j, (i, st, kk, *_rest) in enumerate(settings):
+        if st == "slot" and kk == k and np.isfinite(values[j]):
+            by_q.setdefault(i, []).append(float(values[j]))
+    spreads = [max(v) - min(v) for v in by_q.values() if len(v) > 1]
+    return float(np.mean(spreads)) if spreads else float("nan")
+
+
+def _permutation_sensitivity(settings: Sequence[tuple], preds: Sequence[str], k: int) -> float:
+    """Share of questions whose normalised greedy answer differs among the random orders of size ``k``."""
+    by_q: dict[int, set[str]] = {}
+    for j, (i, st, kk, *_rest) in enumerate(settings):
+        if st == "permutation" and kk == k:
+            by_q.setdefault(i, set()).add(normalize_answer(preds[j]))
+    return float(np.mean([len(v) > 1 for v in by_q.values()])) if by_q else float("nan")

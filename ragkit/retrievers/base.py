@@ -42,7 +42,7 @@ from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 
-from ragkit.io import atomic_dir, iter_jsonl, write_json, write_jsonl
+from ragkit.io import TEMP_MARKER, atomic_dir, iter_jsonl, json_digest, write_json, write_jsonl
 from ragkit.types import Hit, Passage, Query, RankedList, as_query
 
 logger = logging.getLogger(__name__)
@@ -105,12 +105,13 @@ def _sha256(path: Path) -> str:
 
 
 def _file_digests(folder: Path) -> dict[str, str]:
-    """SHA-256 of every file under ``folder`` except manifests, skipping nested index folders
-    (those carry their own manifest and are verified when they are loaded)."""
+    """SHA-256 of every file under ``folder`` except manifests and the temp folder's owner marker,
+    skipping nested index folders (those carry their own manifest and are verified when they are
+    loaded)."""
     nested = [p.parent for p in folder.rglob(MANIFEST) if p.parent != folder]
     out: dict[str, str] = {}
     for p in sorted(folder.rglob("*")):
-        if not p.is_file() or p.name == MANIFEST:
+        if not p.is_file() or p.name in (MANIFEST, TEMP_MARKER):
             continue
         if any(n in p.parents for n in nested):
             continue
@@ -194,9 +195,7 @@ def _class_for_kind(kind: Any, where: Path) -> type[Retriever]:
 
 def _manifest_digest(manifest: Mapping[str, Any]) -> str:
     """SHA-256 of the manifest's fields other than the checksum (canonical JSON)."""
-    body = {k: v for k, v in manifest.items() if k != MANIFEST_CHECKSUM}
-    text = json.dumps(body, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+    return json_digest(manifest, MANIFEST_CHECKSUM)
 
 
 def index_path(folder: Path, rel: Any, what: str) -> Path:
@@ -609,9 +608,11 @@ class Retriever(ABC):
     def save(self, path: str | os.PathLike[str], overwrite: bool = False) -> Path:
         """Write the index atomically to the folder ``path``; returns the path.
 
-        ``path`` may be new, empty or a previous ragkit index (which is replaced); a folder of other
-        files is never replaced, and another ragkit artifact or a file only with ``overwrite=True``
-        (see :func:`ragkit.io.check_writable_dir`).
+        ``path`` may be new, empty or a previous ragkit index (which is replaced) that holds nothing
+        but the files ragkit wrote; a folder holding any other file is never replaced, and another
+        ragkit artifact or a file only with ``overwrite=True`` (see
+        :func:`ragkit.io.check_writable_dir`). A symbolic link at ``path`` is kept and its target
+        written.
         """
         if not self.is_indexed:
             raise ValueError("nothing to save: call .index(passages) before .save(dir)")

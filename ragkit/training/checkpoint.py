@@ -99,7 +99,7 @@ def prepare_run_dir(path: str | os.PathLike[str], kind: str, legacy_files: Seque
         raise FileExistsError(f"output_dir {d} is a file; pass a folder path (new, empty, or an earlier {kind})")
     legacy = d.is_dir() and artifact_kind(d) is None and any((d / f).is_file() for f in legacy_files)
     if not legacy:
-        check_writable_dir(d, kind, overwrite=False)
+        check_writable_dir(d, kind, overwrite=False, into=True)  # a run folder is written into, never replaced
     check_writable_dir(d / "final", FINAL_KIND)  # the final model's folder too, before any training
     d.mkdir(parents=True, exist_ok=True)
     if artifact_kind(d) is None:

@@ -67,6 +67,9 @@ def read_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
     text = p.read_text(encoding="utf-8")
     try:
         if suffix in (".yaml", ".yml"):
+            from ragkit.types import require_extra
+
+            require_extra(["yaml"], f"reading the YAML config {p}")
             import yaml
 
             data = yaml.safe_load(text)

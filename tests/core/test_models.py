@@ -194,5 +194,64 @@ def test_bad_model_names_are_clear_errors(tmp_path: Path, monkeypatch: pytest.Mo
     (tmp_path / "notes.txt").write_text("hello")
     with pytest.raises(ValueError, match="is a file, not a model"):
         models.load_generator(str(tmp_path / "notes.txt"), device="cpu")
-    with pytest.raises(FileNotFoundError, match="hub is offline.*local model folder or a .gguf"):
+    with pytest.raises(FileNotFoundError, match="not in the local Hugging Face cache.*HF_HUB_OFFLINE is set"):
         models.load_generator("no-such-org/no-such-model-xyz", device="cpu")
+
+
+def _fake_hub_cache(root: Path, repo_id: str) -> None:
+    snap = root / f"models--{repo_id.replace('/', '--')}" / "snapshots" / "abc"
+    snap.mkdir(parents=True)
+    (snap / "config.json").write_text("{}")
+    (root / f"models--{repo_id.replace('/', '--')}" / "refs").mkdir()
+    (root / f"models--{repo_id.replace('/', '--')}" / "refs" / "main").write_text("abc")
+
+
+def test_mistyped_hub_id_fails_fast_offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A hub id that is not cached fails at once with HF_HUB_OFFLINE set, naming a close cached id."""
+    import time
+
+    import huggingface_hub.constants as hf_constants
+
+    _fake_hub_cache(tmp_path, "Qwen/Qwen2.5-0.5B-Instruct")
+    monkeypatch.setattr(hf_constants, "HF_HUB_CACHE", str(tmp_path))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    models.check_model_available("Qwen/Qwen2.5-0.5B-Instruct")  # cached: fine
+    t0 = time.perf_counter()
+    with pytest.raises(FileNotFoundError, match="HF_HUB_OFFLINE is set.*Did you mean 'Qwen/Qwen2.5-0.5B-Instruct'"):
+        models.load_generator("Qwen/Qwen2.5-0.5B-Instrct", device="cpu")
+    assert time.perf_counter() - t0 < 5
+
+
+def test_unreachable_hub_fails_fast(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without HF_HUB_OFFLINE, an unreachable hub is found by one short connection, not a minute of retries."""
+    import socket
+    import time
+
+    import huggingface_hub.constants as hf_constants
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setattr(hf_constants, "HF_HUB_CACHE", str(tmp_path))
+    for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{port}")
+    t0 = time.perf_counter()
+    with pytest.raises(FileNotFoundError, match=f"127.0.0.1:{port} is not reachable"):
+        models.check_model_available("someone/no-such-model")
+    with pytest.raises(FileNotFoundError, match="not in the local Hugging Face cache"):
+        models.check_model_available("no-such-embedder", kind="embedder")
+    assert time.perf_counter() - t0 < 5
+
+
+def test_cli_checks_model_before_any_work(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    """``ragkit ask --model TYPO`` fails before the index is built (a second, not minutes)."""
+    import time
+
+    from ragkit.cli import main
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    t0 = time.perf_counter()
+    assert main(["ask", "Who wrote Hamlet?", "--model", "nobody/no-such-model-xyz", "--no-moi", "--quiet"]) == 1
+    assert time.perf_counter() - t0 < 5
+    assert "not in the local Hugging Face cache" in capsys.readouterr().err

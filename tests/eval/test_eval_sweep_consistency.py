@@ -175,3 +175,46 @@ def test_sweep_plot_names_a_local_model_file_by_its_name(tmp_path):
     with matplotlib.rc_context({"svg.fonttype": "none"}):
         svg = Path(res.plot(tmp_path / "hub.svg")).read_text(encoding="utf-8")
     assert "Qwen/Qwen2.5-7B-Instruct" in svg
+
+
+def test_spread_and_permutation_sensitivity_by_hand() -> None:
+    from ragkit.eval.sweep import _mean_spread, _permutation_sensitivity
+
+    # question 0: slots 1, 3, 2 -> spread 2; question 1: slots 5, 5, 4 -> spread 1; a k=4 row is ignored
+    settings = [(0, "slot", 3, s, None, []) for s in range(3)] + [(1, "slot", 3, s, None, []) for s in range(3)]
+    settings += [(0, "slot", 4, 0, None, []), (0, "oracle", None, None, None, [])]
+    vals = np.array([1.0, 3.0, 2.0, 5.0, 5.0, 4.0, 100.0, -100.0])
+    assert _mean_spread(settings, vals, 3) == pytest.approx(1.5)
+    # question 0 answers "Paris" / "paris." (same after normalisation); question 1 changes its answer
+    perm = [(0, "permutation", 3, None, 0, []), (0, "permutation", 3, None, 1, []),
+            (1, "permutation", 3, None, 0, []), (1, "permutation", 3, None, 1, [])]
+    assert _permutation_sensitivity(perm, ["Paris", "paris.", "Rome", "Milan"], 3) == pytest.approx(0.5)
+
+
+def test_position_sweep_permutations(tiny_gen, shared_data: Path, tmp_path: Path) -> None:
+    pool = load_nq_open(shared_data / "nq_open" / "nq-open-oracle.jsonl.gz", limit=40)
+    part = tmp_path / "sweep.partial.jsonl"
+    res = position_sweep(tiny_gen, pool[:3], k=4, pool=pool, seed=2, max_new_tokens=3, permutations=3, partial=part)
+    perms = [r for r in res.per_question if r["setting"] == "permutation"]
+    assert len(perms) == 3 * 3 and sorted({r["order"] for r in perms}) == [0, 1, 2]
+    for q in {r["qid"] for r in perms}:
+        orders = [r["passage_ids"] for r in perms if r["qid"] == q]
+        slot_ids = next(r["passage_ids"] for r in res.per_question if r["qid"] == q and r["setting"] == "slot")
+        assert all(sorted(o) == sorted(slot_ids) for o in orders)  # the same passages, reordered
+    from ragkit.text import normalize_answer
+
+    changed = [len({normalize_answer(r["prediction"]) for r in perms if r["qid"] == q}) > 1
+               for q in sorted({r["qid"] for r in perms})]
+    s = res.summary["4"]
+    assert s["psr"] == pytest.approx(np.mean(changed))
+    by_q: dict[str, list[float]] = {}
+    for r in res.per_question:
+        if r["setting"] == "slot":
+            by_q.setdefault(r["qid"], []).append(r["logprob"])
+    assert s["logprob"]["spread"] == pytest.approx(np.mean([max(v) - min(v) for v in by_q.values()]))
+    assert s["logprob"]["spread"] >= s["logprob"]["gap"] - 1e-9  # a mean of spreads bounds the spread of means
+    # resuming reads every row back (permutation rows keyed by their order)
+    again = position_sweep(tiny_gen, pool[:3], k=4, pool=pool, seed=2, max_new_tokens=3, permutations=3, partial=part)
+    assert [r["prediction"] for r in again.per_question] == [r["prediction"] for r in res.per_question]
+    with pytest.raises(ValueError, match="generate"):
+        position_sweep(tiny_gen, pool[:3], k=4, pool=pool, permutations=3, generate=False)

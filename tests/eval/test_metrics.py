@@ -117,3 +117,39 @@ def test_ir_metrics_parity_with_ir_measures() -> None:
     assert ours["ndcg@10"] == pytest.approx(theirs[nDCG @ 10])
     assert ours["recall@2"] == pytest.approx(theirs[R @ 2])
     assert ours["recall@10"] == pytest.approx(theirs[R @ 10])
+
+
+def test_builtin_ir_metrics_equal_ranx() -> None:
+    """The built-in metrics (no ranx needed) give ranx's numbers, graded relevance and cut-offs included."""
+    import random
+
+    ranx = pytest.importorskip("ranx")
+    from ragkit.eval.metrics import BUILTIN_IR_METRICS, _builtin_value, _ranx_inputs
+
+    rng = random.Random(0)
+    qrels, run = {}, {}
+    for qi in range(40):
+        docs = [f"d{j}" for j in range(rng.randint(1, 25))]
+        qrels[f"q{qi}"] = {d: rng.choice([1, 2, 3]) for d in rng.sample(docs, rng.randint(1, min(4, len(docs))))}
+        ranked = rng.sample(docs, rng.randint(0, len(docs)))
+        run[f"q{qi}"] = {d: float(len(ranked) - i) + rng.random() * 0.1 for i, d in enumerate(ranked)}
+    names = [f"{m}@{k}" for m in BUILTIN_IR_METRICS for k in (1, 3, 10)] + list(BUILTIN_IR_METRICS)
+    q, r = _ranx_inputs(qrels, run)
+    ranx_run = ranx.Run(r)
+    ranx.evaluate(ranx.Qrels(q), ranx_run, names, make_comparable=True, save_results_in_run=True)
+    for name in names:
+        for qid in q:
+            assert _builtin_value(name, q[qid], r[qid]) == pytest.approx(ranx_run.scores[name][qid]), (name, qid)
+
+
+def test_ir_metrics_need_no_ranx(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without ranx the built-in metrics work and any other metric names the [eval] extra."""
+    import sys
+
+    from ragkit.types import MissingExtraError
+
+    monkeypatch.setitem(sys.modules, "ranx", None)
+    run = {"q1": _ranked(["a", "b", "c"])}
+    assert ir_metrics({"q1": ["b"]}, run, ("mrr@10", "ndcg@3"))["mrr@10"] == pytest.approx(0.5)
+    with pytest.raises(MissingExtraError, match=r'ragkit\[eval\]'):
+        ir_metrics({"q1": ["b"]}, run, ("bpref",))

@@ -321,6 +321,29 @@ def _sweep_done(cwd: Path, fx: Fixtures, r: Result) -> str | None:
     return _json_has("s.json", lambda d: d["rows"], "no rows")(cwd, fx, r)
 
 
+def _still_link(rel: str, target: str) -> Check:
+    def check(cwd: Path, fx: Fixtures, r: Result) -> str | None:
+        if not (cwd / rel).is_symlink():
+            return f"{rel} is no longer a symbolic link"
+        return None if (cwd / target / "manifest.json").is_file() else f"{target} holds no index"
+    return check
+
+
+def _killed_save(out: str) -> Setup:
+    """``<out>.tmp-killed``: the temp folder of a save killed by ``kill -9`` (its marker names a gone PID)."""
+    def setup(cwd: Path, fx: Fixtures) -> None:
+        import socket
+
+        d = cwd / f"{out}.tmp-killed"
+        d.mkdir()
+        (d / "passages.jsonl").write_text("x" * 100_000)
+        pid_max = int(Path("/proc/sys/kernel/pid_max").read_text()) if Path("/proc/sys/kernel/pid_max").exists() \
+            else 2**22
+        (d / ".ragkit-tmp.json").write_text(json.dumps({"ragkit_temp": 1, "host": socket.gethostname(),
+                                                        "pid": pid_max + 1, "start": "1"}))
+    return setup
+
+
 def _still_device(cwd: Path, fx: Fixtures, r: Result) -> str | None:
     import stat
 
@@ -555,6 +578,33 @@ def cases() -> list[Case]:
           r"read-only|ro/i", needs="ro"))
     add(C("index", "--out under a file", ["index", "--corpus", "{corpus}", "--out", "notes.txt/i"], "error",
           r"notes.txt"))
+    # an --out that merely *looks* like an artifact: ragkit deletes only files its own verified list names
+    add(C("index", "--out an index folder holding the user's notes",
+          ["index", "--corpus", "{corpus}", "--out", "idx", "--overwrite"], "error", r"NOTES\.md.*move them out",
+          setup=_seq(_copy_index(), _w("idx/NOTES.md", "my notes\n"), _w("idx/eval-runs/run1.json", "{}\n")),
+          fast=True))
+    add(C("index", "--out a project folder holding a copy of an index manifest.json",
+          ["index", "--corpus", "{corpus}", "--out", "project", "--overwrite"], "error", r"project",
+          setup=_seq(_w("project/README.md", "# mine\n"),
+                     lambda c, f: shutil.copy(f.index / "manifest.json", c / "project" / "manifest.json"))))
+    add(C("index", "--out a web app whose manifest.json mentions ragkit-index",
+          ["index", "--corpus", "{corpus}", "--out", "webapp", "--overwrite"], "error",
+          r"did not write|does not verify",
+          setup=_seq(_w("webapp/static/app.js", "console.log(1)\n"),
+                     _w("webapp/manifest.json", json.dumps({"name": "demo", "format": "ragkit-index"})))))
+    add(C("index", "--out a data folder with a stray marker, its corpus being indexed",
+          ["index", "--corpus", "data/raw/corpus.jsonl", "--out", "data", "--overwrite"], "error",
+          r"raw/corpus\.jsonl",
+          setup=_seq(_w("data/.ragkit-artifact.json", json.dumps({"kind": "index", "format": 1})),
+                     lambda c, f: (c / "data" / "raw").mkdir(parents=True) or shutil.copy(
+                         f.corpus, c / "data" / "raw" / "corpus.jsonl")), fast=True))
+    add(C("index", "--out a symlink to an empty folder (the link stays)", ["index", "--corpus", "{corpus}", "--out",
+                                                                          "idx", "--quiet"], "ok", r"indexed 60",
+          setup=lambda c, f: (c / "disk" / "idx").mkdir(parents=True) or (c / "idx").symlink_to(c / "disk" / "idx"),
+          check=_still_link("idx", "disk/idx"), fast=True))
+    add(C("index", "a temp folder left by a killed save is removed", ["index", "--corpus", "{corpus}", "--out", "i",
+                                                                      "--quiet"], "ok", r"indexed 60",
+          setup=_killed_save("i"), may_change=("i.tmp-killed",), check=_no_file("i.tmp-killed"), fast=True))
 
     # -- ask
     add(C("ask", "empty question", ["ask", "", "--model", LM], "error", r"empty", fast=True))
@@ -1068,6 +1118,13 @@ def write_markdown(results: list[Result], path: Path, wall: float) -> None:
         f"- results lost: **{lost}**",
         "- reads outside an index folder: **0** (every manifest path that leaves the folder — `..`, absolute, "
         "a symlink — is refused before any file is opened; see the `search` rows)",
+        "- `--out` deletes only what ragkit wrote: replacing an index, reranker or model folder touches only "
+        "the files listed, with their SHA-256, in that folder's own verified marker (`.ragkit-artifact.json`)"
+        " or index manifest; a folder holding any other file (notes kept in an index, a copied "
+        "`manifest.json`, a web app's `manifest.json`, a stray marker) is refused, naming those files; a file"
+        " changed since ragkit wrote it is moved aside (`<out>.old-*`), never deleted; a symbolic link "
+        "`--out` stays a link; temp folders `<out>.tmp-*` of killed saves are removed once their process is "
+        "gone (see the `index` rows)",
         f"- wall time: {wall:.0f} s",
         "",
         "| # | group | input | command | expected | outcome | pass |",
