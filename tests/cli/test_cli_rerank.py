@@ -35,8 +35,8 @@ def test_rerank_cli(tiny_lm_dir, tmp_path, capsys) -> None:
     res = json.loads(out.read_text())
     assert rc == 0 and (res["design"], res["outcome"]) == ("cyclic", "consensus") and len(res["orderings"]) == 3
     capsys.readouterr()
-    assert main(["rerank", "--query", "q", "--passages", str(f), "--model", "no/such-model", "--budget", "3"]) == 1
-    assert "loo design" in capsys.readouterr().err  # refused before the (missing) model is loaded
+    assert main(["rerank", "--query", "q", "--passages", str(f), "--model", str(tiny_lm_dir), "--budget", "3"]) == 1
+    assert "loo design" in capsys.readouterr().err  # refused before the model is loaded
     assert main(["rerank", "--query", "q", "--passages", str(f), "--budget", "0"]) == 2  # a usage error
     assert "budget" in capsys.readouterr().err
     empty = tmp_path / "e.jsonl"
