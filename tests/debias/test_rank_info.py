@@ -95,7 +95,7 @@ def test_fallback_is_reported_with_its_reason(gen) -> None:
     out = Method(rr, "ranked").run_many(["q?"], [ps], generate_answer=False)[0]
     assert out.fallback
     rec = QARecord(id="q1", question="q?", answers=("x",), passages=tuple(ps), gold_ids=("d1",))
-    row = _row("moi", rec, RankedList.from_scores(ps, [4, 3, 2, 1]), out, "hotpotqa", 0.1)
+    row = _row("moi", rec, RankedList.from_scores(ps, [4, 3, 2, 1]), out, "hotpotqa", {"seconds": 0.1})
     assert row["fallback"] is True
     rows = [row, {**row, "qid": "q2", "fallback": False}, {**row, "qid": "q3"}]
     assert aggregate(rows, "hotpotqa", ["moi"], 10, 0)["moi"]["fallbacks"] == 2
