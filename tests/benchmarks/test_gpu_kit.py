@@ -143,3 +143,20 @@ def test_fetch_wheels_reports_the_travel_size_against_the_limit(load_bench, tmp_
     assert fw.main(["--check-only", "--dest", str(tmp_path)]) == 0
     (tmp_path / "b-1.0-py3-none-any.whl").write_bytes(b"x" * 70 * 2**20)
     assert fw.main(["--check-only", "--dest", str(tmp_path)]) == 1  # over the limit: exit 1
+
+
+def test_the_watchdog_writes_the_summary_when_a_measurement_overruns(kit: ModuleType, tmp_path: Path) -> None:
+    import time
+
+    run = kit.Kit(tmp_path, smoke=True, time_limit=3.4, only=[], device="cpu", hard_exit=False)
+    run.current = "serve"
+    dog = run.watchdog()  # fires 3 s before the limit: after about 0.4 s
+    try:
+        deadline = time.monotonic() + 30
+        while not (tmp_path / "summary.json").exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        dog.cancel()
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["note"] == "stopped by the watchdog during serve"
+    assert summary["measurements"][-1]["status"] == "killed" and "time limit" in summary["measurements"][-1]["reason"]
