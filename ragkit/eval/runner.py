@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -271,6 +272,44 @@ def _row(method: str, rec: QARecord, cand: RankedList, out: Any, dataset: str, e
     }
 
 
+_ROW_FIELDS: dict[str, type | tuple[type, ...]] = {
+    "method": str, "qid": str, "question": str, "answers": list, "prediction": str, "candidates": list,
+    "ranking": list, "order": list, "gold_ids": list, "generator_calls": int, "seconds": (int, float),
+    "metrics": dict,
+}
+
+
+def _check_resumed_row(path: Path, line: int, row: Any) -> dict[str, Any]:
+    """``row`` of a resumed partial file, checked as the runner wrote it: every field of
+    :func:`_row` with its type, string lists, whole-number slot orders, a finite non-negative time,
+    and answer metrics that are finite numbers in [0, 1]. An edited or damaged row (an F1 of 7.5,
+    NaN, a missing key) would otherwise enter the summary, or stop every resume with a bare
+    ``KeyError``; it raises ``ValueError`` naming the file, the line and the fix."""
+    def bad(problem: str) -> ValueError:
+        return ValueError(f"{path}:{line}: {problem}; that line was edited or damaged: delete it (its question is "
+                          "then run again) or pass --no-resume to start over")
+
+    if not isinstance(row, dict):
+        raise bad(f"a JSON {type(row).__name__}, not an output row")
+    missing = [k for k in _ROW_FIELDS if k not in row]
+    if missing:
+        raise bad(f"the output row lacks {missing}")
+    for k, t in _ROW_FIELDS.items():
+        if not isinstance(row[k], t) or isinstance(row[k], bool):
+            raise bad(f"{k!r} is a {type(row[k]).__name__}")
+    for k in ("answers", "candidates", "ranking", "gold_ids"):
+        if not all(isinstance(x, str) for x in row[k]):
+            raise bad(f"{k!r} holds a value that is not a string")
+    if not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in row["order"]):
+        raise bad("'order' holds a value that is not a slot number")
+    if not (math.isfinite(row["seconds"]) and row["seconds"] >= 0) or row["generator_calls"] < 0:
+        raise bad(f"'seconds' {row['seconds']!r} or 'generator_calls' {row['generator_calls']!r} is not a count")
+    for name, v in row["metrics"].items():
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not (math.isfinite(v) and 0.0 <= v <= 1.0):
+            raise bad(f"the metric {name!r} is {v!r}, not a number in [0, 1]")
+    return row
+
+
 def _partial_path(out: Path) -> Path:
     return out.with_name(out.name + ".partial.jsonl")
 
@@ -387,8 +426,8 @@ def run_eval(
     partial = _partial_path(out_path)
     fp = cfg.fingerprint()
     done = {(r["method"], r["qid"]): r
-            for r in resume_appended_jsonl(partial, {"_fingerprint": fp, "config": asdict(cfg)}, resume,
-                                           key="_fingerprint") if "method" in r}
+            for r in (_check_resumed_row(partial, i, r) for i, r in resume_appended_jsonl(
+                partial, {"_fingerprint": fp, "config": asdict(cfg)}, resume, key="_fingerprint", with_lines=True))}
     if done:
         logger.info("resuming: %d (method, question) outputs already in %s", len(done), partial)
 
