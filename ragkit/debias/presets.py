@@ -119,7 +119,7 @@ _LM_RERANKERS: dict[str, tuple[str, str, tuple[str, ...]]] = {
 RERANKER_NAMES: tuple[str, ...] = ("none", "random", *_MOI_RERANKERS, *_LM_RERANKERS)
 """Fixed reranker specs; ``student:PATH`` and ``cross-encoder:NAME`` take an argument."""
 _PATTERNS = ("student:PATH", "cross-encoder:NAME")
-_ENCODER_KW = ("device", "batch_size", "max_length")
+_ENCODER_KW = ("device", "batch_size", "max_length", "long_docs")
 
 
 @dataclass(frozen=True)
@@ -228,8 +228,9 @@ def get_reranker(spec: str | Reranker, generator: GeneratorLike | None = None, *
     **kwargs
         ``seed`` (random, MoI); any :class:`~ragkit.debias.MoIReranker` argument for MoI
         (``profile``, ``lam``, ``budget``, ``design``, ``max_new_tokens``, ...); ``device``,
-        ``batch_size`` for ``student:`` and ``cross-encoder:``, ``max_length`` for
-        ``cross-encoder:``. A keyword the reranker does not take is an error naming it.
+        ``batch_size`` and ``long_docs`` (:class:`~ragkit.debias.long_docs.LongDocs`) for
+        ``student:`` and ``cross-encoder:``, ``max_length`` for ``cross-encoder:``. A keyword the
+        reranker does not take is an error naming it.
     """
     if isinstance(spec, Reranker):
         return spec
@@ -266,7 +267,7 @@ def get_reranker(spec: str | Reranker, generator: GeneratorLike | None = None, *
     if kind == "student":
         from ragkit.debias.student import DistilledReranker
 
-        reject(("device", "batch_size"))  # max_length is the student's own, saved with it
+        reject(("device", "batch_size", "long_docs"))  # max_length is the student's own, saved with it
         return DistilledReranker.load(arg, **kw)
     from ragkit.debias.cross_encoder import CrossEncoderReranker
 
