@@ -282,7 +282,8 @@ class MethodOutput:
     Attributes
     ----------
     ranking
-        Passages ranked best first.
+        Passages ranked best first; ``ranking.info`` is the reranker's cost and diagnostics
+        (:class:`~ragkit.types.RankInfo`: ``fallback`` says whether it kept the input order).
     order
         Final prompt order (indices into the input passages; ``order[j]`` = passage at slot ``j``);
         only the passages that reach the prompt (``top_k`` or fewer with ``prune``).
@@ -299,6 +300,11 @@ class MethodOutput:
     answer: str | None = None
     generator_calls: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def fallback(self) -> bool:
+        """Whether the reranker fell back to the input order (``ranking.info.fallback``)."""
+        return bool(self.ranking.info.fallback)
 
 
 def _indices(ranking: RankedList, passages: list[Passage]) -> list[int]:
@@ -418,11 +424,13 @@ class Method:
                              "with at least one reference answer per question")
         ps = [as_passages(p) for p in passages]
         rankings = self.reranker.rank_many(queries, ps, scores)
-        calls = list(self.reranker.last_generator_calls)
+        if len(rankings) != len(queries):  # never zip a short answer away
+            raise RuntimeError(f"{type(self.reranker).__name__} returned {len(rankings)} rankings "
+                               f"for {len(queries)} queries")
         outs: list[MethodOutput] = []
-        for q, p, rk, c in zip(queries, ps, rankings, calls):
+        for q, p, rk in zip(queries, ps, rankings):
             idx = _indices(rk, p)
-            extra = self._reranker_extra(len(outs))
+            extra = self._reranker_extra(rk)
             keep = idx if self.top_k is None else idx[: self.top_k]
             if self.prune:
                 from ragkit.debias.prune import prune
@@ -431,7 +439,8 @@ class Method:
                 keep = list(pr.selected)
                 extra.update(abstain=pr.abstain, harmful=[p[i].id for i in pr.harmful])
             order = place(keep, self.placement, self._profile(len(keep)))
-            outs.append(MethodOutput(ranking=RankedList(rk.hits, q), order=order, generator_calls=c, extra=extra))
+            outs.append(MethodOutput(ranking=rk.with_(query=q), order=order, generator_calls=rk.info.generator_calls,
+                                     extra=extra))
         if generate_answer:
             assert self.answerer is not None
             placed = [[p[j] for j in o.order] for p, o in zip(ps, outs)]
@@ -444,23 +453,23 @@ class Method:
                     placed_ids = {id(x) for x in pl}
                     o.ranking = RankedList.from_scores(
                         [*psc.passages(), *(h.passage for h in o.ranking if id(h.passage) not in placed_ids)],
-                        [float(-i) for i in range(len(o.ranking))], q)
+                        [float(-i) for i in range(len(o.ranking))], q, info=o.ranking.info)
                 o.order = [o.order[j] for j in r.order]
                 o.extra.update(r.extra)
         return outs
 
-    def _reranker_extra(self, i: int) -> dict[str, Any]:
-        res = getattr(self.reranker, "last_results", None)
-        if not res:
-            return {}
-        r = res[i]
-        out: dict[str, Any] = {"utilities": r.utilities.tolist(), "outcomes": [float(x) for x in r.outcomes],
-                               "ordering_answers": list(r.ordering_answers), "target": r.target,
-                               "fallback": bool(r.fallback)}
-        if r.raw_utilities is not None:
-            raw = np.asarray(r.raw_utilities, dtype=np.float64)
+    def _reranker_extra(self, ranking: RankedList) -> dict[str, Any]:
+        """The reranker's diagnostics a method output keeps in ``extra`` (from ``ranking.info``)."""
+        d = ranking.info.details
+        out: dict[str, Any] = {key: d[key] for key in ("utilities", "outcomes", "ordering_answers", "target")
+                               if key in d}
+        if not d:
+            return out
+        out["fallback"] = bool(ranking.info.fallback)
+        if d.get("raw_utilities") is not None:
+            raw = np.asarray(d["raw_utilities"], dtype=np.float64)
             out["raw_utilities"] = raw.tolist()
-            if getattr(getattr(self.reranker, "moi", None), "design", None) == "loo":
+            if d.get("design") == "loo":
                 # signed leave-one-out utilities: u_i < 0, the outcome is higher without passage i
                 out["harmful_share"] = float(np.mean(~(raw >= 0)))
         return out

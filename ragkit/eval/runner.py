@@ -393,7 +393,8 @@ def _row(method: str, rec: QARecord, cand: RankedList, out: Any, dataset: str, c
         "order": [int(i) for i in out.order],
         "prompt": [cids[int(i)] for i in out.order],
         "gold_ids": list(rec.gold_ids),
-        "fallback": bool(extra.get("fallback", False)),
+        # the reranker kept the input order (MoI's interventions did not separate the passages)
+        "fallback": bool(ranking.info.fallback or extra.get("fallback", False)),
         "generator_calls": int(getattr(out, "generator_calls", 0) or 0),
         "seconds": round(float(cost["seconds"]), 4),
         "cost": {"generator_calls": int(getattr(out, "generator_calls", 0) or 0), **cost},
@@ -472,6 +473,7 @@ def aggregate(
         res["cost_per_question"] = {key: float(np.mean([c[key] for c in costs if c.get(key) is not None]))
                                     for key in LEDGER_KEYS
                                     if any(c.get(key) is not None for c in costs)}
+        res["fallbacks"] = sum(bool(r.get("fallback", False)) for r in mrows)
         res["fallback_rate"] = float(np.mean([bool(r.get("fallback")) for r in mrows])) if mrows else 0.0
         for key in ("abstain", "harmful_share"):
             vals = [float(r[key]) for r in mrows if key in r]
