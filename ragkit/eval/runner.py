@@ -351,7 +351,7 @@ def split_method(name: str) -> tuple[str, str | None]:
                          f"{', '.join(PIPELINE_PLACEMENTS)}")
     if placement == "prune" and moi_settings(base).get("design") != "loo":
         raise ValueError(f"{name!r}: prune keeps passages by their leave-one-out utility; use it after an MoI "
-                         "preset with the loo design (moi, moi_loo, moi_loo_q, moi_loo_gold)")
+                         "preset with the loo design (moi, moi_masked, moi_loo, moi_loo_q, moi_loo_gold)")
     return base, placement
 
 
