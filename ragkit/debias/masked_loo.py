@@ -35,6 +35,7 @@ import numpy as np
 
 from ragkit.debias.icr import encode_with_spans, passage_layout
 from ragkit.debias.outcomes import OutcomeResult
+from ragkit.generation.base import charge
 from ragkit.types import Passage
 
 __all__ = ["masked_question_outcomes", "masked_scores"]
@@ -91,10 +92,12 @@ def masked_scores(generator: Any, question: str, passages: Sequence[Passage],
             logits = res.logits[:, len(cue) - 1:len(row) - 1].float()
             lp = logits.gather(-1, tgt[None, :, None].expand(b, -1, 1))[..., 0] - torch.logsumexp(logits, dim=-1)
             out[start:start + b] = lp.double().mean(dim=1).cpu().numpy()
+    forwards, tokens = 1 + -(-len(sets) // bs), block_end + len(sets) * len(row)
     counters = getattr(generator, "counters", None)
     if isinstance(counters, dict):  # the generator's token ledger: the block once, the cue + question per row
-        counters["forwards"] = counters.get("forwards", 0) + 1 + -(-len(sets) // bs)
-        counters["prefill_tokens"] = counters.get("prefill_tokens", 0) + block_end + len(sets) * len(row)
+        counters["forwards"] = counters.get("forwards", 0) + forwards
+        counters["prefill_tokens"] = counters.get("prefill_tokens", 0) + tokens
+    charge(forward_passes=forwards, tokens_prefilled=tokens)  # the caller's own meter
     return out
 
 

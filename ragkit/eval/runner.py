@@ -14,9 +14,9 @@ a paired interval.
 
 Per question and method the report keeps the candidates, the ranking, the prompt's passages, the
 gold ids, the answer, the fallback flag and the cost ledger: generator sequences, forward
-passes, tokens prefilled, tokens generated, seconds. The generator counts its tokens per forward
-(:attr:`ragkit.generation.Generator.counters`); the runner reads them around each chunk of
-questions and gives every question of the chunk the chunk's mean (exact totals and means;
+passes, tokens prefilled, tokens generated, seconds. The generator charges every forward to the
+open meters (:func:`ragkit.generation.base.metered`); the runner meters each chunk of questions
+and gives every question of the chunk the chunk's mean (exact totals and means;
 ``chunk_size=1`` for exact per-question numbers).
 
 Resumability: every finished (method, question) output is appended (fsync'd) to
@@ -51,6 +51,7 @@ from ragkit.eval.metrics import (
     ir_metrics_per_query,
     rouge_l,
 )
+from ragkit.generation.base import metered
 from ragkit.io import append_jsonl, atomic_write_text, progress, resume_appended_jsonl, write_json
 from ragkit.types import Passage, QARecord, RankedList
 
@@ -372,11 +373,6 @@ LEDGER_KEYS: tuple[str, ...] = ("generator_calls", "forwards", "tokens_prefilled
 """The cost ledger of every row (generator sequences, model forwards, prefilled and generated tokens, seconds)."""
 
 
-def _counters(generator: Any) -> dict[str, float] | None:
-    c = getattr(generator, "counters", None)
-    return {k: float(v) for k, v in c.items()} if isinstance(c, dict) else None
-
-
 def _row(method: str, rec: QARecord, cand: RankedList, out: Any, dataset: str, cost: dict[str, Any]) -> dict[str, Any]:
     answer = out.answer if out.answer is not None else ""
     ranking: RankedList = out.ranking
@@ -560,18 +556,10 @@ def paired_differences(
     return out
 
 
-def _chunk_cost(before: dict[str, float] | None, after: dict[str, float] | None, seconds: float,
-                n: int) -> dict[str, Any]:
-    """Per-question share of one chunk's generator counters and wall time (the ledger, without sequences)."""
-    have = before is not None and after is not None
-
-    def d(key: str) -> float | None:
-        if not have or key not in after or key not in before:  # type: ignore[operator]
-            return None
-        return round((after[key] - before[key]) / n, 2)  # type: ignore[index]
-
-    return {"forwards": d("forwards"), "tokens_prefilled": d("prefill_tokens"),
-            "tokens_generated": d("decode_tokens"), "seconds": round(seconds / n, 4)}
+def _chunk_cost(meter: Any, seconds: float, n: int) -> dict[str, Any]:
+    """Per-question share of one chunk's model work (a :class:`ragkit.generation.base.Cost`) and wall time."""
+    return {"forwards": round(meter.forward_passes / n, 2), "tokens_prefilled": round(meter.tokens_prefilled / n, 2),
+            "tokens_generated": round(meter.tokens_generated / n, 2), "seconds": round(seconds / n, 4)}
 
 
 def run_eval(
@@ -687,19 +675,19 @@ def run_eval(
         for start in range(0, len(items), cfg.chunk_size):
             chunk = items[start : start + cfg.chunk_size]
             cands = [cands_by_id[r.id] for r in chunk]
-            before = _counters(generator)
             tc = time.perf_counter()
-            outs = method.run_many(
-                [r.query for r in chunk],
-                [c.passages() for c in cands],
-                # the dataset's order has no retriever scores (its k..1 only sort it): MoI's
-                # blend="auto" then leaves an order that may be random (HotpotQA) unblended
-                None if cfg.retriever == "given" else [c.scores() for c in cands],
-                # gold answers reach only oracle rerankers (moi_gold), never the answerer
-                [list(r.answers) for r in chunk] if method.needs_answers else None,
-                True,
-            )
-            cost = _chunk_cost(before, _counters(generator), time.perf_counter() - tc, len(chunk))
+            with metered() as meter:  # this run's model work only (meters are per context)
+                outs = method.run_many(
+                    [r.query for r in chunk],
+                    [c.passages() for c in cands],
+                    # the dataset's order has no retriever scores (its k..1 only sort it): MoI's
+                    # blend="auto" then leaves an order that may be random (HotpotQA) unblended
+                    None if cfg.retriever == "given" else [c.scores() for c in cands],
+                    # gold answers reach only oracle rerankers (moi_gold), never the answerer
+                    [list(r.answers) for r in chunk] if method.needs_answers else None,
+                    True,
+                )
+            cost = _chunk_cost(meter, time.perf_counter() - tc, len(chunk))
             rows = [_row(m, r, c, o, dataset, cost) for r, c, o in zip(chunk, cands, outs)]
             append_jsonl(partial, rows)
             for row in rows:
