@@ -358,6 +358,8 @@ class MoI:
         """The profile used for ``k`` passages (given, or the model's own; memoised per ``k``)."""
         if k not in self._profiles:
             if self.profile is not None:
+                if not self._profiles and self.generator is not None:
+                    self.profile.check_generator(self.generator)  # warns once if measured for another model
                 self._profiles[k] = self.profile.resized(k)
             elif self.generator is None:
                 self._profiles[k] = PositionProfile.flat(k)
