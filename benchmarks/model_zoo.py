@@ -243,11 +243,11 @@ def check_scoring(gen: Any) -> dict[str, Any]:
     import numpy as np
 
     from ragkit.debias.designs import cyclic
-    from ragkit.generation.scoring import cache_ok
+    from ragkit.generation.handle import cache_ok
     from ragkit.types import Passage
 
     model, tok = gen.model, gen.tokenizer
-    out: dict[str, Any] = {"template": gen.template.name, "prefix_reuse": bool(cache_ok(gen))}
+    out: dict[str, Any] = {"template": gen.template.name, "prefix_reuse": bool(cache_ok(gen.handle))}
     # score: several prompts of different lengths in one padded batch, two answers each
     prompts, answers = [], []
     for q, ps, a in QUESTIONS:
@@ -326,7 +326,7 @@ def check_moi(gen: Any) -> dict[str, Any]:
     ok = True
     for name, kw in setups.items():
         moi = MoI(gen, max_new_tokens=4, seed=0, **kw)
-        res = moi.run_many(qs, pss, answers_list=golds if kw["outcome"] == "gold" else None, generate_answer=True)
+        res = moi.run_batch(qs, pss, answers_list=golds if kw["outcome"] == "gold" else None, generate_answer=True)
         fin = all(_finite(r.utilities) and _finite(r.outcomes) and sorted(r.order) == [0, 1, 2]
                   and (r.raw_utilities is None or _finite(r.raw_utilities)) for r in res)
         out[name] = {"finite": fin, "fallback": [bool(r.fallback) for r in res],
