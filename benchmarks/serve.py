@@ -291,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"memory: {a.mem_seconds:.0f} s, {mem_load['ok']} requests, {mem_load['failed']} failed; RSS "
               f"{rss_before:.0f} MB before, peak {max(rss):.0f} MB, first 10% max "
               f"{memory['rss_mb_first_10pct_max']:.0f}, last 10% max {memory['rss_mb_last_10pct_max']:.0f}", flush=True)
-        health = httpx.get(url + "/health").json()
+        health = httpx.get(url + "/health?detail=1").json()
     finally:
         proc.terminate()
         proc.wait(timeout=30)

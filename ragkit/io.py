@@ -42,6 +42,7 @@ __all__ = [
     "progress",
     "creation_mode",
     "temp_dir_beside",
+    "redact_url",
 ]
 
 
@@ -772,3 +773,34 @@ def save_figure(fig: Any, path: str | os.PathLike[str], dpi: int = 120, tight: b
         Path(tmp).unlink(missing_ok=True)
         plt.close(fig)
     return str(p)
+
+
+def redact_url(text: str) -> str:
+    """``text`` with the secrets of every ``scheme://`` URL in it masked, for logs, errors and responses.
+
+    The password of the user-info part (``http://user:SECRET@host``) and every query-string value
+    (``?api_key=SECRET``) become ``***``; a user name without a password is masked too (it may be a
+    token, as in ``https://TOKEN@host``). Scheme, host, port and path are kept, so the message still
+    says which server was meant.
+
+    >>> redact_url("moi:http://bob:pw@h:8000/v1?key=abc&x=1")
+    'moi:http://***:***@h:8000/v1?key=***&x=***'
+    """
+    import re
+    from urllib.parse import parse_qsl, urlencode
+
+    def one(m: re.Match[str]) -> str:
+        scheme, rest = m.group(1), m.group(2)
+        head, sep, frag = rest.partition("#")
+        head, qsep, query = head.partition("?")
+        netloc, slash, path = head.partition("/")
+        if "@" in netloc:
+            userinfo, _, host = netloc.rpartition("@")
+            netloc = ("***:***" if ":" in userinfo else "***") + "@" + host
+        if query:
+            pairs = parse_qsl(query, keep_blank_values=True)
+            query = urlencode([(k, "***") for k, _ in pairs], safe="*") if pairs else "***"
+        return f"{scheme}://{netloc}{slash}{path}{qsep}{query}{sep}{'***' if sep else ''}"
+
+    return re.sub(r"([A-Za-z][A-Za-z0-9+.-]*)://([^\s'\"<>]*)", one, text)
+

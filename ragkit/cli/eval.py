@@ -16,6 +16,7 @@ from ragkit.cli._common import (
     add_model_args,
     add_output_args,
     emit,
+    non_negative_int,
     positive_int,
     set_requirements,
 )
@@ -122,7 +123,16 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="comma-separated, e.g. none,moi,voting; the first is the baseline of the paired "
                         f"differences (default {','.join(DEFAULT_METHODS)}; the bundled sample: "
                         f"{','.join(SAMPLE_METHODS)})")
-    add_k_arg(p, default=10)
+    p.add_argument("-k", "--k", type=positive_int, default=None,
+                   help="passages that go into the prompt: the top K of each method's ranking (default: all "
+                        "candidates; 10 when --candidates is not given either)")
+    p.add_argument("--candidates", type=positive_int, default=None, metavar="N",
+                   help="first-stage depth: passages the retriever returns and the reranker sees (default: K)")
+    p.add_argument("--corpus", action="append", default=[], metavar="FILE",
+                   help="extra corpus JSONL ({\"id\", \"text\", \"title\"}) pooled with every record's passages "
+                        "for --retriever bm25|dense|hybrid (repeatable)")
+    p.add_argument("--offset", type=non_negative_int, default=0,
+                   help="skip the first N questions before --limit (the corpus still pools every record)")
     p.add_argument("--chunk-size", type=positive_int, default=8,
                    help="questions per run_many call / partial-file append")
     p.add_argument("--bootstrap", type=positive_int, default=1000, help="bootstrap resamples for 95%% intervals")
@@ -193,9 +203,11 @@ def _run_eval(args: argparse.Namespace) -> int:
         pmt = SAMPLE_PASSAGE_TOKENS
     if args.profile and not Path(args.profile).is_file():
         raise FileNotFoundError(f"--profile {args.profile}: no such file; write one with `ragkit bias-profile`")
+    k = args.k if args.k is not None else (args.candidates if args.candidates is not None else SAMPLE_K)
     cfg = EvalConfig(
         dataset=dataset, data_file=args.data_file, sample=sample, limit=limit, split=args.split,
-        setting=args.setting, retriever=args.retriever, methods=methods, k=args.k, model=args.model,
+        setting=args.setting, retriever=args.retriever, methods=methods, k=k, candidates=args.candidates,
+        corpus=tuple(args.corpus), offset=args.offset, model=args.model,
         embedder=args.embedder, template=args.template, passage_max_tokens=pmt,
         max_new_tokens=args.max_new_tokens, batch_size=args.batch_size, chunk_size=args.chunk_size,
         seed=args.seed, n_bootstrap=args.bootstrap, device=args.device,
@@ -203,7 +215,8 @@ def _run_eval(args: argparse.Namespace) -> int:
     )
     out = args.out or DEFAULT_REPORT
     if sample:
-        print(f"ragkit eval: bundled HotpotQA dev sample, {limit} questions, k={cfg.k} given paragraphs cut to "
+        print(f"ragkit eval: bundled HotpotQA dev sample, {limit} questions, k={cfg.k} of {cfg.n_candidates} given "
+              "paragraphs cut to "
               f"{pmt} tokens, methods {','.join(cfg.methods)}, generator {cfg.model or 'embedded SmolLM2'}",
               file=sys.stderr)
     t0 = time.perf_counter()

@@ -7,7 +7,7 @@ import logging
 import os
 from typing import Any
 
-from ragkit.cli._common import non_negative_int, positive_int, set_requirements
+from ragkit.cli._common import non_negative_float, non_negative_int, positive_float, positive_int, set_requirements
 
 __all__ = ["register", "build_reranker"]
 
@@ -36,13 +36,30 @@ def build_reranker(spec: str, model: str | None = None, device: str = "auto") ->
     return get_reranker(spec)
 
 
+def _api_key(args: argparse.Namespace) -> str | None:
+    """The key from ``--api-key`` or ``$RAGKIT_API_KEY``, stripped; an empty one is an error, never "no auth"."""
+    if args.no_auth:
+        if args.api_key is not None:
+            raise ValueError("--no-auth and --api-key contradict each other; pass one of them")
+        return None
+    for given, where in ((args.api_key, "--api-key"), (os.environ.get("RAGKIT_API_KEY"), "RAGKIT_API_KEY")):
+        if given is None:
+            continue
+        if not given.strip():
+            raise ValueError(f"{where} is empty, which would serve without authentication; pass a non-empty key, "
+                             "or --no-auth to serve without one on purpose")
+        return given.strip()
+    return None
+
+
 def _serve(args: argparse.Namespace) -> int:
     from ragkit.serve import ServeSettings, create_app, run
 
-    api_key = args.api_key or os.environ.get("RAGKIT_API_KEY") or None
+    api_key = _api_key(args)
     settings = ServeSettings(max_batch_size=args.max_batch_size, max_wait_ms=args.max_wait_ms,
                              max_queue=args.max_queue, max_documents=args.max_documents,
-                             max_chars=args.max_chars, max_batch_tokens=args.max_batch_tokens,
+                             max_chars=args.max_chars, max_request_chars=args.max_request_chars,
+                             request_timeout_s=args.request_timeout, max_batch_tokens=args.max_batch_tokens,
                              forward_cost_tokens=args.forward_cost_tokens, api_key=api_key,
                              model_name=args.reranker if args.reranker != "moi" else f"moi:{args.model or 'default'}")
     if args.host not in ("127.0.0.1", "localhost", "::1") and api_key is None:
@@ -64,6 +81,22 @@ def _port(s: str) -> int:
     return v
 
 
+def _wait_ms(s: str) -> float:
+    """``argparse`` type: a finite number of milliseconds, 0-60000 (``inf`` and ``nan`` are refused)."""
+    v = non_negative_float(s)
+    if v > 60_000:
+        raise argparse.ArgumentTypeError(f"must be at most 60000 ms, got {s}")
+    return v
+
+
+def _timeout_s(s: str) -> float:
+    """``argparse`` type: a finite number of seconds, > 0 and at most a day."""
+    v = positive_float(s)
+    if v > 86_400:
+        raise argparse.ArgumentTypeError(f"must be at most 86400 s, got {s}")
+    return v
+
+
 def register(subparsers: Any) -> None:
     """Add the ``serve`` command."""
     p = subparsers.add_parser(
@@ -81,22 +114,31 @@ def register(subparsers: Any) -> None:
     p.add_argument("--host", default="127.0.0.1", help="interface to bind (default: 127.0.0.1)")
     p.add_argument("--port", type=_port, default=8080, help="TCP port, 0-65535 (0: any free port; default 8080)")
     p.add_argument("--max-batch-size", type=positive_int, default=32, help="most requests per reranker call (32)")
-    p.add_argument("--max-wait-ms", type=float, default=5.0,
-                   help="how long a request waits for batch-mates before its batch runs (5 ms)")
+    p.add_argument("--max-wait-ms", type=_wait_ms, default=5.0,
+                   help="how long a request waits for batch-mates before its batch runs, 0-60000 (5 ms)")
     p.add_argument("--max-queue", type=positive_int, default=256,
                    help="most waiting requests; more get 503 + Retry-After (256)")
     p.add_argument("--max-documents", type=positive_int, default=1000,
                    help="most documents per request (1000; more: 413)")
     p.add_argument("--max-chars", type=positive_int, default=20_000,
                    help="most characters in the query and in each document (20000; more: 413, never truncated)")
+    p.add_argument("--max-request-chars", type=positive_int, default=1_000_000,
+                   help="per-request work budget: most characters of (query, document) pairs, the query counted "
+                        "once per document (1000000; more: 413)")
+    p.add_argument("--request-timeout", type=_timeout_s, default=60.0,
+                   help="seconds a request may wait for its answer, queueing included (60; later: 504); /health "
+                        "reports a reranker call running longer as stuck")
     p.add_argument("--max-batch-tokens", type=positive_int, default=4096,
                    help="cross-encoder rerankers: most padded tokens per encoder forward (4096)")
     p.add_argument("--forward-cost-tokens", type=non_negative_int, default=128,
                    help="cross-encoder rerankers: a forward's fixed cost in padded tokens, traded against padding "
                         "when merged pairs are cut into length buckets (128; 0: bucket as finely as padding asks)")
     p.add_argument("--api-key", default=None,
-                   help="require `Authorization: Bearer KEY` (default: $RAGKIT_API_KEY; unset: no auth)")
+                   help="require `Authorization: Bearer KEY` (default: $RAGKIT_API_KEY; unset: no auth; an empty "
+                        "key is refused)")
+    p.add_argument("--no-auth", action="store_true",
+                   help="serve without an API key even when RAGKIT_API_KEY is set")
     p.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"))
     p.set_defaults(func=_serve)
-    set_requirements(p, lambda a: [(["starlette", "uvicorn", "prometheus_client"], "ragkit serve")]
+    set_requirements(p, lambda a: [(["starlette", "uvicorn", "prometheus_client", "pydantic"], "ragkit serve")]
                      + ([(["httpx"], "ragkit serve --model URL")] if str(a.model or "").startswith("http") else []))

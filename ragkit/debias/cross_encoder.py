@@ -8,10 +8,15 @@ of all queries of one ``rank_many`` call can be regrouped freely without changin
 
 1. scores each distinct ``(query text, passage text)`` pair once (a popular query, a repeated
    request or a document listed twice costs nothing extra);
-2. measures each pair's token length with the model's own tokenizer (truncated at its maximum
-   length) and cuts the pairs into length buckets, one encoder forward each
-   (:func:`ragkit.batching.length_buckets`), so that a short pair is not padded to the longest pair of the call;
-3. rebuilds every query's ranking from its pairs' scores (``RankedList.from_scores``).
+2. cuts each pair to the encoder's budget on text, before any pair is tokenised, by the
+   reranker's long-document rule (:class:`ragkit.debias.long_docs.LongDocs`: a per-document
+   token cap, the truncation side, or chunks scored separately and aggregated by their maximum);
+   a document that fits is passed through unchanged;
+3. measures each resulting pair's token length with the model's own tokenizer and cuts the pairs
+   into length buckets, one encoder forward each (:func:`ragkit.batching.length_buckets`), so that
+   a short pair is not padded to the longest pair of the call;
+4. rebuilds every query's ranking from its pairs' scores (``RankedList.from_scores``), and records
+   per query how many documents were truncated or chunked (:attr:`CrossEncoderReranker.last_long_docs`).
 
 ``ragkit serve`` micro-batches concurrent requests into one such call, and evaluation gets the
 same saving offline.
@@ -26,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ragkit.batching import length_buckets
+from ragkit.debias.long_docs import CutPairs, LongDocs, LongDocStats, cut_pairs
 from ragkit.io import progress, progress_enabled
 from ragkit.reranking import Reranker
 from ragkit.types import Passage, Query, RankedList
@@ -63,6 +69,10 @@ class CrossEncoderReranker(Reranker):
         of a call are cut into length buckets (:func:`ragkit.batching.length_buckets`; ``0``: minimise padding
         only). Small on one CPU thread and on a GPU's launch queue, larger where intra-op threads
         must meet at every operator.
+    long_docs
+        How documents longer than the encoder are read (:class:`~ragkit.debias.long_docs.LongDocs`:
+        ``max_tokens_per_doc``, ``truncation_side``, ``chunking``, ``chunk_tokens``,
+        ``chunk_stride``); ``None``: truncate to the encoder's budget, keeping the beginning.
 
     Attributes
     ----------
@@ -72,6 +82,12 @@ class CrossEncoderReranker(Reranker):
         Running totals of :meth:`rank_many`: pairs asked for, distinct pairs run through the
         encoder, and their padded / real token counts (``padded_tokens / real_tokens`` is the
         padding overhead).
+    docs_truncated, docs_chunked
+        Running totals of documents that were truncated / scored as several chunks.
+    last_long_docs
+        One :class:`~ragkit.debias.long_docs.LongDocStats` per query of the last :meth:`rank_many`
+        call (documents, truncated, chunked, encoder sequences). A diagnostic of the last call,
+        not thread-safe.
 
     Examples
     --------
@@ -82,7 +98,8 @@ class CrossEncoderReranker(Reranker):
     name = "cross-encoder"
 
     def __init__(self, model: CrossEncoder | str, batch_size: int = 64, show_progress: bool | None = None,
-                 max_batch_tokens: int | None = None, forward_cost_tokens: int = 128) -> None:
+                 max_batch_tokens: int | None = None, forward_cost_tokens: int = 128,
+                 long_docs: LongDocs | None = None) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         if isinstance(model, str):
@@ -103,6 +120,21 @@ class CrossEncoderReranker(Reranker):
         self.pairs_scored = 0
         self.padded_tokens = 0
         self.real_tokens = 0
+        self.long_docs = long_docs
+        self.docs_truncated = 0
+        self.docs_chunked = 0
+        self.last_long_docs: list[LongDocStats] = []
+
+    @property
+    def long_docs(self) -> LongDocs:
+        """The long-document rule (:class:`~ragkit.debias.long_docs.LongDocs`)."""
+        return self._long_docs
+
+    @long_docs.setter
+    def long_docs(self, value: LongDocs | None) -> None:
+        if value is not None and not isinstance(value, LongDocs):
+            raise TypeError(f"long_docs must be a ragkit.debias.long_docs.LongDocs or None, got {type(value).__name__}")
+        self._long_docs = value or LongDocs()
 
     @property
     def max_batch_tokens(self) -> int | None:
@@ -129,18 +161,21 @@ class CrossEncoderReranker(Reranker):
     @classmethod
     def from_pretrained(
         cls, name_or_path: str, *, device: str = "auto", batch_size: int = 64, max_length: int | None = None,
-        max_batch_tokens: int | None = None, forward_cost_tokens: int = 128,
+        max_batch_tokens: int | None = None, forward_cost_tokens: int = 128, long_docs: LongDocs | None = None,
     ) -> CrossEncoderReranker:
         """Load a one-output cross-encoder from a folder or a hub id (scores are raw logits)."""
         return cls(_load_cross_encoder(name_or_path, device=device, max_length=max_length), batch_size=batch_size,
-                   max_batch_tokens=max_batch_tokens, forward_cost_tokens=forward_cost_tokens)
+                   max_batch_tokens=max_batch_tokens, forward_cost_tokens=forward_cost_tokens, long_docs=long_docs)
 
     def score_pairs(self, queries: Sequence[str], passages: Sequence[Sequence[Passage]]) -> list[np.ndarray]:
-        """Raw scores, one array per query, from ONE batched ``predict`` over all pairs (no deduplication)."""
+        """Raw scores, one array per query, from ONE batched ``predict`` over all pairs (no deduplication
+        beyond identical chunks); long documents are read by :attr:`long_docs` as in :meth:`rank_many`."""
         if len(queries) != len(passages):
             raise ValueError(f"{len(queries)} queries but {len(passages)} passage lists")
         pairs = [(q, pair_text(p)) for q, ps in zip(queries, passages) for p in ps]
-        flat = self._predict(pairs, show=bool(self.show_progress) and progress_enabled(self.show_progress))
+        cut = self.cut(pairs)
+        units = self._predict(cut.units, show=bool(self.show_progress) and progress_enabled(self.show_progress))
+        flat = np.asarray(cut.aggregate(units), dtype=np.float32)
         out: list[np.ndarray] = []
         start = 0
         for ps in passages:
@@ -162,6 +197,21 @@ class CrossEncoderReranker(Reranker):
                   max_length=max_length, padding=False, return_attention_mask=False, return_token_type_ids=False)
         return [len(ids) for ids in enc["input_ids"]]
 
+    def cut(self, pairs: Sequence[tuple[str, str]]) -> CutPairs:
+        """The pairs cut to the encoder's budget by :attr:`long_docs`, on text, before any pair is
+        tokenised (:func:`ragkit.debias.long_docs.cut_pairs`).
+
+        A model without a fast tokenizer (no token offsets) or without a length limit is read as
+        before: every pair whole, truncated by the encoder itself, nothing reported.
+        """
+        tok = getattr(self.model, "tokenizer", None)
+        max_length = _max_pair_length(self.model)
+        if tok is None or not getattr(tok, "is_fast", False) or not max_length:
+            distinct = list(dict.fromkeys(pairs))
+            where = {p: i for i, p in enumerate(distinct)}
+            return CutPairs(distinct, self.pair_lengths(distinct), [[where[p]] for p in pairs], [False] * len(pairs))
+        return cut_pairs(tok, pairs, int(max_length), self.long_docs)
+
     def _predict(self, pairs: list[tuple[str, str]], show: bool) -> np.ndarray:
         """Raw scores of ``pairs`` (one flat float32 array) from one ``predict`` call."""
         if not pairs:
@@ -181,15 +231,20 @@ class CrossEncoderReranker(Reranker):
         for q, ps in zip(queries, passages):
             rows.append([index.setdefault((q.text, pair_text(p)), len(index)) for p in ps])
         pairs = list(index)  # insertion order: pair k is index k
-        lengths = self.pair_lengths(pairs)
+        cut = self.cut(pairs)  # the encoder's units: pairs cut on text, or their chunks
+        lengths = cut.lengths
         buckets = length_buckets(lengths, self.batch_size, self.max_batch_tokens, self.forward_cost_tokens)
-        flat = np.zeros(len(pairs), dtype=np.float32)
+        units = np.zeros(len(cut.units), dtype=np.float32)
         for b in progress(buckets, bool(self.show_progress), desc="cross-encoder batches", unit="batch"):
-            flat[b] = self._predict([pairs[k] for k in b], show=False)
+            units[b] = self._predict([cut.units[k] for k in b], show=False)
             self.padded_tokens += len(b) * lengths[b[0]]
+        flat = np.asarray(cut.aggregate(units), dtype=np.float32)
         self.pairs_requested += sum(len(r) for r in rows)
-        self.pairs_scored += len(pairs)
+        self.pairs_scored += len(cut.units)
         self.real_tokens += sum(lengths)
+        self.last_long_docs = [cut.stats(r) for r in rows]
+        self.docs_truncated += sum(s.truncated for s in self.last_long_docs)
+        self.docs_chunked += sum(s.chunked for s in self.last_long_docs)
         return [RankedList.from_scores(ps, flat[r].tolist(), q) for q, ps, r in zip(queries, passages, rows)]
 
 

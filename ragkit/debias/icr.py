@@ -35,10 +35,10 @@ from typing import Any
 
 import numpy as np
 
-from ragkit.generation.base import GeneratorLike
+from ragkit.generation.base import GeneratorLike, charge, metered
 from ragkit.generation.prompts import QuestionPromptTemplate
 from ragkit.reranking import Reranker
-from ragkit.types import Passage, Query, RankedList
+from ragkit.types import Passage, Query, RankedList, RankInfo
 
 __all__ = ["ICRReranker", "CALIBRATION_QUERY", "ICR_INSTRUCTION", "icr_template", "calibrated_passage_scores"]
 
@@ -93,7 +93,8 @@ class ICRReranker(Reranker):
 
     Notes
     -----
-    :attr:`last_generator_calls` is 2 per query (the query and the calibration rows).
+    Each ranking's ``info`` holds ``generator_calls = 2`` (the query and the calibration rows) and
+    the forward passes and prefilled tokens of the call.
     """
 
     name = "icr"
@@ -209,6 +210,7 @@ class ICRReranker(Reranker):
         if isinstance(counters, dict):  # the generator's token ledger (prefill of the prompt and the rows)
             counters["forwards"] = counters.get("forwards", 0) + 2
             counters["prefill_tokens"] = counters.get("prefill_tokens", 0) + n_p + int(mask.sum())
+        charge(forward_passes=2, tokens_prefilled=n_p + int(mask.sum()))  # the caller's own meter
         return a.double().cpu().numpy()
 
     def scores_one(self, question: str, passages: Sequence[Passage]) -> np.ndarray:
@@ -224,9 +226,11 @@ class ICRReranker(Reranker):
         scores: list[list[float] | None],
     ) -> list[RankedList]:
         del scores  # ICR ranks by attention alone; ties keep the retriever order
-        out = [RankedList.from_scores(p, self.scores_one(q.text, p).tolist(), q) for q, p in zip(queries, passages)]
-        self.last_generator_calls = [2] * len(queries)
-        return out
+        with metered() as cost:
+            scores_ = [self.scores_one(q.text, p).tolist() for q, p in zip(queries, passages)]
+        return [RankedList.from_scores(p, s, q, info=RankInfo(
+            generator_calls=2, forward_passes=cost.forward_passes, tokens_prefilled=cost.tokens_prefilled))
+            for q, p, s in zip(queries, passages, scores_)]
 
 
 def _token_char_starts(tokenizer: Any, prompt: str, n: int) -> list[int]:

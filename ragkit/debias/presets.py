@@ -65,6 +65,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from ragkit.debias.answerers import Answerer, get_answerer
 from ragkit.debias.baselines import IdentityReranker, RandomReranker
 from ragkit.debias.placement import check_placement, place
@@ -113,7 +115,7 @@ _LM_RERANKERS: dict[str, tuple[str, str, tuple[str, ...]]] = {
 RERANKER_NAMES: tuple[str, ...] = ("none", "random", *_MOI_RERANKERS, *_LM_RERANKERS)
 """Fixed reranker specs; ``student:PATH`` and ``cross-encoder:NAME`` take an argument."""
 _PATTERNS = ("student:PATH", "cross-encoder:NAME")
-_ENCODER_KW = ("device", "batch_size", "max_length")
+_ENCODER_KW = ("device", "batch_size", "max_length", "long_docs")
 
 
 @dataclass(frozen=True)
@@ -221,8 +223,9 @@ def get_reranker(spec: str | Reranker, generator: GeneratorLike | None = None, *
     **kwargs
         ``seed`` (random, MoI); any :class:`~ragkit.debias.MoIReranker` argument for MoI
         (``profile``, ``lam``, ``budget``, ``design``, ``max_new_tokens``, ...); ``device``,
-        ``batch_size`` for ``student:`` and ``cross-encoder:``, ``max_length`` for
-        ``cross-encoder:``. A keyword the reranker does not take is an error naming it.
+        ``batch_size`` and ``long_docs`` (:class:`~ragkit.debias.long_docs.LongDocs`) for
+        ``student:`` and ``cross-encoder:``, ``max_length`` for ``cross-encoder:``. A keyword the
+        reranker does not take is an error naming it.
     """
     if isinstance(spec, Reranker):
         return spec
@@ -259,7 +262,7 @@ def get_reranker(spec: str | Reranker, generator: GeneratorLike | None = None, *
     if kind == "student":
         from ragkit.debias.student import DistilledReranker
 
-        reject(("device", "batch_size"))  # max_length is the student's own, saved with it
+        reject(("device", "batch_size", "long_docs"))  # max_length is the student's own, saved with it
         return DistilledReranker.load(arg, **kw)
     from ragkit.debias.cross_encoder import CrossEncoderReranker
 
@@ -274,9 +277,11 @@ class MethodOutput:
     Attributes
     ----------
     ranking
-        Passages ranked best first.
+        Passages ranked best first; ``ranking.info`` is the reranker's cost and diagnostics
+        (:class:`~ragkit.types.RankInfo`: ``fallback`` says whether it kept the input order).
     order
-        Final prompt order (indices into the input passages; ``order[j]`` = passage at slot ``j``).
+        Final prompt order (indices into the input passages; ``order[j]`` = passage at slot ``j``);
+        only the passages that reach the prompt (``top_k`` or fewer with ``prune``).
     answer
         Final answer (``None`` when not generated).
     generator_calls
@@ -290,6 +295,11 @@ class MethodOutput:
     answer: str | None = None
     generator_calls: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def fallback(self) -> bool:
+        """Whether the reranker fell back to the input order (``ranking.info.fallback``)."""
+        return bool(self.ranking.info.fallback)
 
 
 def _indices(ranking: RankedList, passages: list[Passage]) -> list[int]:
@@ -322,14 +332,30 @@ class Method:
         Position profile for ``bias_aware``; default: the reranker's own (``MoIReranker.profile_for``).
     name
         Name in reports.
+    top_k
+        At most this many passages go into the prompt: the top ``top_k`` of the ranking, then placed
+        (``None``: all of them). The retrieve-``N``, rerank, prompt-``K`` pipeline.
+
+    Notes
+    -----
+    ``placement="prune"`` (after an MoI reranker with the ``loo`` design) keeps the top ``top_k``
+    among the passages whose signed leave-one-out utility is not below zero, in ranking order
+    (:func:`ragkit.debias.prune.prune`); the output's ``extra`` then holds ``abstain`` (no passage
+    helps) and the ids of the ``harmful`` passages.
     """
 
     def __init__(self, reranker: Reranker, placement: str = "none", answerer: Answerer | None = None,
-                 profile: Any = None, name: str | None = None) -> None:
+                 profile: Any = None, name: str | None = None, top_k: int | None = None) -> None:
         if not isinstance(reranker, Reranker):
             raise TypeError(f"reranker must be a ragkit Reranker, got {type(reranker).__name__}; "
                             "build one with ragkit.debias.get_reranker(spec)")
-        placement = check_placement(placement)
+        if top_k is not None and top_k < 1:
+            raise ValueError(f"top_k must be >= 1 (or None for all passages), got {top_k}")
+        self.prune = placement == "prune"
+        if self.prune and getattr(getattr(reranker, "moi", None), "design", None) != "loo":
+            raise ValueError("the prune placement keeps passages by their leave-one-out utility; use it after an "
+                             "MoI reranker with the loo design (e.g. get_method('moi', gen, placement='prune'))")
+        placement = "none" if self.prune else check_placement(placement)
         if placement == "bias_aware" and profile is None and not hasattr(reranker, "profile_for"):
             raise ValueError(f"bias_aware placement after a {type(reranker).__name__} needs a position "
                              "profile; pass profile=PositionProfile.load(FILE) (see `ragkit bias-profile`)")
@@ -338,6 +364,7 @@ class Method:
         self.answerer = answerer
         self.profile = profile
         self.name = name or reranker.name
+        self.top_k = top_k
 
     @property
     def needs_answers(self) -> bool:
@@ -392,13 +419,23 @@ class Method:
                              "with at least one reference answer per question")
         ps = [as_passages(p) for p in passages]
         rankings = self.reranker.rank_many(queries, ps, scores)
-        calls = list(self.reranker.last_generator_calls)
+        if len(rankings) != len(queries):  # never zip a short answer away
+            raise RuntimeError(f"{type(self.reranker).__name__} returned {len(rankings)} rankings "
+                               f"for {len(queries)} queries")
         outs: list[MethodOutput] = []
-        for q, p, rk, c in zip(queries, ps, rankings, calls):
+        for q, p, rk in zip(queries, ps, rankings):
             idx = _indices(rk, p)
-            order = place(idx, self.placement, self._profile(len(p)))
-            outs.append(MethodOutput(ranking=RankedList(rk.hits, q), order=order, generator_calls=c,
-                                     extra=self._reranker_extra(len(outs))))
+            extra = self._reranker_extra(rk)
+            keep = idx if self.top_k is None else idx[: self.top_k]
+            if self.prune:
+                from ragkit.debias.prune import prune
+
+                pr = prune(idx, extra["raw_utilities"], self.top_k or len(idx))
+                keep = list(pr.selected)
+                extra.update(abstain=pr.abstain, harmful=[p[i].id for i in pr.harmful])
+            order = place(keep, self.placement, self._profile(len(keep)))
+            outs.append(MethodOutput(ranking=rk.with_(query=q), order=order, generator_calls=rk.info.generator_calls,
+                                     extra=extra))
         if generate_answer:
             assert self.answerer is not None
             placed = [[p[j] for j in o.order] for p, o in zip(ps, outs)]
@@ -406,19 +443,31 @@ class Method:
             for q, o, pl, r in zip(queries, outs, placed, results):
                 o.answer = r.answer
                 o.generator_calls += r.generator_calls
-                if r.scores is not None:  # the answerer reranked (PSC)
-                    o.ranking = RankedList.from_scores(pl, r.scores, q)
+                if r.scores is not None:  # the answerer reranked (PSC) the placed passages; the rest follow
+                    psc = RankedList.from_scores(pl, r.scores, q)
+                    placed_ids = {id(x) for x in pl}
+                    o.ranking = RankedList.from_scores(
+                        [*psc.passages(), *(h.passage for h in o.ranking if id(h.passage) not in placed_ids)],
+                        [float(-i) for i in range(len(o.ranking))], q, info=o.ranking.info)
                 o.order = [o.order[j] for j in r.order]
                 o.extra.update(r.extra)
         return outs
 
-    def _reranker_extra(self, i: int) -> dict[str, Any]:
-        res = getattr(self.reranker, "last_results", None)
-        if not res:
-            return {}
-        r = res[i]
-        return {"utilities": r.utilities.tolist(), "outcomes": [float(x) for x in r.outcomes],
-                "ordering_answers": list(r.ordering_answers), "target": r.target}
+    def _reranker_extra(self, ranking: RankedList) -> dict[str, Any]:
+        """The reranker's diagnostics a method output keeps in ``extra`` (from ``ranking.info``)."""
+        d = ranking.info.details
+        out: dict[str, Any] = {key: d[key] for key in ("utilities", "outcomes", "ordering_answers", "target")
+                               if key in d}
+        if not d:
+            return out
+        out["fallback"] = bool(ranking.info.fallback)
+        if d.get("raw_utilities") is not None:
+            raw = np.asarray(d["raw_utilities"], dtype=np.float64)
+            out["raw_utilities"] = raw.tolist()
+            if d.get("design") == "loo":
+                # signed leave-one-out utilities: u_i < 0, the outcome is higher without passage i
+                out["harmful_share"] = float(np.mean(~(raw >= 0)))
+        return out
 
 
 def get_method(name: str, generator: GeneratorLike | None = None, **kwargs: Any) -> Method:
@@ -432,15 +481,19 @@ def get_method(name: str, generator: GeneratorLike | None = None, **kwargs: Any)
         The :class:`ragkit.generation.Generator` that answers (and that MoI runs on).
     **kwargs
         ``seed`` and ``max_new_tokens`` (all); ``placement`` and ``profile`` (the placement and
-        its profile); ``design``, ``budget``, ``rrf_k`` for ``voting``/``psc_*``; any MoI
-        argument for ``moi*``; ``device``, ``batch_size``, ``max_length`` for ``student:``/
-        ``cross-encoder:``.
+        its profile; ``placement="prune"`` after an MoI preset with the ``loo`` design keeps only
+        passages with leave-one-out utility >= 0, :mod:`ragkit.debias.prune`); ``top_k`` (at most
+        this many of the ranked passages go into the prompt); ``design``, ``budget``, ``rrf_k`` for
+        ``voting``/``psc_*``; any MoI argument for ``moi*``; ``device``, ``batch_size``,
+        ``max_length`` for ``student:``/``cross-encoder:``.
     """
     preset = resolve_method(name)
     kw = dict(kwargs)
     seed = kw.pop("seed", 0)
     mnt = kw.pop("max_new_tokens", 16)
-    placement = check_placement(kw.pop("placement", preset.placement))
+    placement = kw.pop("placement", preset.placement)
+    placement = placement if placement == "prune" else check_placement(placement)
+    top_k = kw.pop("top_k", None)
     profile = kw.get("profile")
     if isinstance(profile, (str, Path)):  # a profile JSON (e.g. `ragkit eval --profile FILE`)
         from ragkit.debias.profile import PositionProfile
@@ -460,4 +513,4 @@ def get_method(name: str, generator: GeneratorLike | None = None, **kwargs: Any)
             rr_kw["seed"] = seed
     reranker = get_reranker(preset.reranker, generator, **rr_kw)
     answerer = get_answerer(preset.answerer, generator, **answerer_kw) if generator is not None else None
-    return Method(reranker, placement, answerer, profile=profile, name=preset.name)
+    return Method(reranker, placement, answerer, profile=profile, name=preset.name, top_k=top_k)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ragkit.debias.cross_encoder import CrossEncoderReranker
+from ragkit.debias.long_docs import LongDocs
 from ragkit.io import atomic_dir
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -44,6 +45,8 @@ class DistilledReranker(CrossEncoderReranker):
         Pairs per encoder forward in :meth:`score_pairs`.
     show_progress
         Progress bar in ``predict`` (``None``: off).
+    max_batch_tokens, forward_cost_tokens, long_docs
+        Length buckets and the long-document rule (:class:`CrossEncoderReranker`).
 
     Examples
     --------
@@ -61,9 +64,11 @@ class DistilledReranker(CrossEncoderReranker):
         show_progress: bool | None = None,
         max_batch_tokens: int | None = None,
         forward_cost_tokens: int = 128,
+        long_docs: LongDocs | None = None,
     ) -> None:
         super().__init__(model, batch_size=batch_size, show_progress=show_progress,
-                         max_batch_tokens=max_batch_tokens, forward_cost_tokens=forward_cost_tokens)
+                         max_batch_tokens=max_batch_tokens, forward_cost_tokens=forward_cost_tokens,
+                         long_docs=long_docs)
         self.metadata: dict[str, Any] = dict(metadata or {})
 
     @classmethod
@@ -112,6 +117,7 @@ class DistilledReranker(CrossEncoderReranker):
     def from_pretrained(
         cls, name_or_path: str | os.PathLike[str], *, device: str = "auto", batch_size: int = 64,
         max_length: int | None = None, max_batch_tokens: int | None = None, forward_cost_tokens: int = 128,
+        long_docs: LongDocs | None = None,
     ) -> DistilledReranker:
         """A student from a local folder or a Hugging Face Hub id, or any one-output cross-encoder.
 
@@ -122,7 +128,7 @@ class DistilledReranker(CrossEncoderReranker):
         p = Path(name_or_path)
         if p.is_dir() and (p / META_FILE).exists():
             student = cls.load(p, device=device, batch_size=batch_size, max_batch_tokens=max_batch_tokens,
-                               forward_cost_tokens=forward_cost_tokens)
+                               forward_cost_tokens=forward_cost_tokens, long_docs=long_docs)
             if max_length is not None:
                 student.model.max_length = max_length
             return student
@@ -139,13 +145,15 @@ class DistilledReranker(CrossEncoderReranker):
                             META_FILE, type(e).__name__)
         plain = CrossEncoderReranker.from_pretrained(str(name_or_path), device=device, max_length=max_length)
         return cls(plain.model, meta, batch_size=batch_size, max_batch_tokens=max_batch_tokens,
-                   forward_cost_tokens=forward_cost_tokens)
+                   forward_cost_tokens=forward_cost_tokens, long_docs=long_docs)
 
     @classmethod
     def load(cls, path: str | os.PathLike[str], *, device: str = "auto", batch_size: int = 64,
-             max_batch_tokens: int | None = None, forward_cost_tokens: int = 128) -> DistilledReranker:
+             max_batch_tokens: int | None = None, forward_cost_tokens: int = 128,
+             long_docs: LongDocs | None = None) -> DistilledReranker:
         """Load a student saved by :meth:`save` (or by ``ragkit distill``); ``max_batch_tokens`` and
-        ``forward_cost_tokens`` set its length buckets (:class:`CrossEncoderReranker`)."""
+        ``forward_cost_tokens`` set its length buckets and ``long_docs`` its long-document rule
+        (:class:`CrossEncoderReranker`)."""
         import torch
         from sentence_transformers import CrossEncoder
 
@@ -170,7 +178,7 @@ class DistilledReranker(CrossEncoderReranker):
         model = CrossEncoder(str(p), device=resolve_device(device), activation_fn=torch.nn.Identity(),
                              local_files_only=True)
         return cls(model, meta.get("metadata", {}), batch_size=batch_size, max_batch_tokens=max_batch_tokens,
-                   forward_cost_tokens=forward_cost_tokens)
+                   forward_cost_tokens=forward_cost_tokens, long_docs=long_docs)
 
     def save_pretrained(self, path: str | os.PathLike[str], overwrite: bool = False,
                         card: bool = True) -> Path:

@@ -28,7 +28,8 @@ def plot_aggregate(report: Mapping[str, Any], out_dir: str | os.PathLike[str]) -
     """One bar chart per metric (methods side by side, 95% intervals as error bars)."""
     plt = _plt()
     agg = report["aggregate"]
-    names = [m for m in [*report["metrics"], "mrr@10", "recall@2"] if any(m in v for v in agg.values())]
+    ranking = report.get("ranking_metrics") or ("mrr@10", "recall@2")
+    names = [m for m in [*report["metrics"], *ranking] if any(m in v for v in agg.values())]
     paths = []
     for name in names:
         methods = [m for m in agg if name in agg[m]]

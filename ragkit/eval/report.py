@@ -42,16 +42,24 @@ def eval_table(report: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
     """Header and rows (one per method) of an evaluation report's aggregate metrics."""
     agg = report["aggregate"]
     names = list(report["metrics"])
-    extra = [m for m in ("mrr@10", "recall@2") if any(m in v for v in agg.values())]
-    header = ["method", *names, *extra, "gen. calls/q", "s/q", "n"]
+    ranking = report.get("ranking_metrics") or ("mrr@10", "recall@2")
+    extra = [m for m in ranking if any(m in v for v in agg.values())]
+    tokens = any((v.get("cost_per_question") or {}).get("tokens_prefilled") is not None for v in agg.values())
+    # questions whose reranker kept the input order (MoI's fallback): shown when any did
+    fb = any(res.get("fallbacks") for res in agg.values())
+    header = ["method", *names, *extra, "gen. calls/q", *(["tokens prefilled/q"] if tokens else []), "s/q",
+              *(["fell back"] if fb else []), "n"]
     rows = []
     for method, res in agg.items():
+        cost = res.get("cost_per_question") or {}
         rows.append(
             [
                 method,
                 *(format_ci(res.get(n)) for n in names + extra),
                 f"{res.get('generator_calls_per_question', 0.0):.1f}",
+                *([f"{cost.get('tokens_prefilled') or 0.0:.0f}"] if tokens else []),
                 f"{res.get('seconds_per_question', 0.0):.2f}",
+                *([str(res.get("fallbacks", 0))] if fb else []),
                 str(res.get("questions", 0)),
             ]
         )
@@ -64,7 +72,8 @@ def markdown_report(report: Mapping[str, Any]) -> str:
     src = cfg.get("data_file") or ("bundled HotpotQA sample" if cfg.get("sample") else "hub")
     head = (
         f"# ragkit eval: {report['dataset']}\n\n"
-        f"- data: {src}, {report['n_questions']} questions, retriever `{cfg['retriever']}`, k = {cfg['k']}\n"
+        f"- data: {src}, {report['n_questions']} questions, retriever `{cfg['retriever']}`, "
+        f"{cfg.get('candidates') or cfg['k']} candidates, k = {cfg['k']} in the prompt\n"
         f"- generator: `{report['models']['generator']}`"
         + (f", passages cut to {cfg['passage_max_tokens']} tokens" if cfg.get("passage_max_tokens") else "")
         + "\n"

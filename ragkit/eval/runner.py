@@ -1,11 +1,23 @@
 """The evaluation runner behind ``ragkit eval``: datasets x retrievers x debiasing methods.
 
-For each record the runner builds a candidate list (``given``: the record's own passages in the
-dataset's order; ``bm25``/``dense``/``hybrid``: top-k from the pooled corpus of all records'
-passages), runs every method (a preset of :mod:`ragkit.debias.presets`: reranker -> placement
--> answerer, ``get_method(name, generator).run_many``) in chunks, scores each answer with the
-dataset's metrics and the method's passage ranking with gold-passage IR metrics, and aggregates
-means with seeded percentile-bootstrap 95% intervals (Efron & Tibshirani, 1993).
+The pipeline protocol: for each question the first stage returns ``N`` candidates
+(``candidates``; ``given``: the record's own passages in the dataset's order;
+``bm25``/``dense``/``hybrid``: top-``N`` from a corpus pooled from **every** record of the data
+file, whatever ``limit`` says, plus any extra corpus files, so a question's distractors include
+the other questions' passages), every method (a preset of :mod:`ragkit.debias.presets`: reranker
+-> placement -> answerer) reranks the ``N`` candidates and puts its top ``K`` (``k``) into the
+prompt (``NAME@prune``: only the passages whose leave-one-out utility is not below zero), and the
+generator answers once from them. Each answer is scored with the dataset's metrics, each ranking
+with gold-passage nDCG@10 and MRR@10, each prompt with recall@K of the gold passages; means get
+seeded percentile-bootstrap 95% intervals (Efron & Tibshirani, 1993), each method minus the first
+a paired interval.
+
+Per question and method the report keeps the candidates, the ranking, the prompt's passages, the
+gold ids, the answer, the fallback flag and the cost ledger: generator sequences, forward
+passes, tokens prefilled, tokens generated, seconds. The generator counts its tokens per forward
+(:attr:`ragkit.generation.Generator.counters`); the runner reads them around each chunk of
+questions and gives every question of the chunk the chunk's mean (exact totals and means;
+``chunk_size=1`` for exact per-question numbers).
 
 Resumability: every finished (method, question) output is appended (fsync'd) to
 ``<out>.partial.jsonl``; the first line of that file fingerprints the configuration. A restarted
@@ -51,6 +63,13 @@ __all__ = [
     "bootstrap_ci",
     "build_retriever",
     "candidates_for",
+    "pipeline_corpus",
+    "select_questions",
+    "split_method",
+    "add_ranking_metrics",
+    "metric_names",
+    "aggregate",
+    "LEDGER_KEYS",
     "paired_differences",
     "run_eval",
     "DEFAULT_REPORT",
@@ -66,7 +85,8 @@ DATASET_METRICS: dict[str, tuple[str, ...]] = {
                 "bleu3_official", "bleu4_official"),
     "nq-open": ("subspan_em", "em", "f1"),
 }
-RANKING_METRICS: tuple[str, ...] = ("mrr@10", "recall@2")
+RANKING_METRICS: tuple[str, ...] = ("ndcg@10", "mrr@10")
+"""Metrics of each method's ranking of the candidates against the gold passages (recall@K is of the prompt)."""
 DEFAULT_REPORT = "ragkit-eval-report.json"
 
 
@@ -88,7 +108,16 @@ class EvalConfig:
         Method names of :func:`ragkit.debias.available_methods` (``student:DIR`` and
         ``cross-encoder:NAME`` included); checked when the config is built, before any model loads.
     k
-        Candidates per question.
+        Passages that go into the prompt (the top ``K`` of each method's ranking).
+    candidates
+        First-stage depth ``N``: how many passages the retriever returns and the reranker sees
+        (``None``: ``k``, so the whole list goes into the prompt).
+    corpus
+        Extra corpus files (JSONL ``{"id", "text", "title"}``) pooled with the data file's passages
+        for ``bm25``/``dense``/``hybrid``.
+    offset
+        Skip the first ``offset`` records before taking ``limit`` (e.g. NQ-open questions outside
+        the first 100).
     model
         Generator (``None``: the embedded SmolLM2).
     embedder
@@ -114,6 +143,9 @@ class EvalConfig:
     retriever: str = "given"
     methods: tuple[str, ...] = ("none",)
     k: int = 10
+    candidates: int | None = None
+    corpus: tuple[str, ...] = ()
+    offset: int = 0
     model: str | None = None
     embedder: str | None = None
     template: str = "auto"
@@ -128,16 +160,28 @@ class EvalConfig:
 
     def __post_init__(self) -> None:
         self.methods = tuple(self.methods)
+        self.corpus = tuple(str(c) for c in self.corpus)
         if self.retriever not in RETRIEVERS:
             raise ValueError(f"unknown retriever {self.retriever!r}; choose one of {', '.join(RETRIEVERS)}")
         if not self.methods:
             raise ValueError("no methods given; pass e.g. --methods none,moi")
         for m in self.methods:
-            resolve_method(m)  # a typo is reported before any model loads, listing the valid names
+            split_method(m)  # a typo is reported before any model loads, listing the valid names
         if len(set(self.methods)) != len(self.methods):
             raise ValueError(f"a method is listed twice in {','.join(self.methods)}; list each once")
         if self.k < 1:
             raise ValueError(f"k must be >= 1, got {self.k}")
+        if self.candidates is not None and self.candidates < self.k:
+            raise ValueError(f"--candidates {self.candidates} is smaller than -k {self.k}: the prompt takes the top K "
+                             "of the N candidates; pass N >= K")
+        if self.offset < 0:
+            raise ValueError(f"offset must be >= 0, got {self.offset}")
+        if self.corpus and self.retriever == "given":
+            raise ValueError("--corpus adds passages to the retriever's pooled corpus; pass --retriever "
+                             "bm25|dense|hybrid with it")
+        for c in self.corpus:
+            if not Path(c).is_file():
+                raise FileNotFoundError(f"--corpus {c}: no such file (JSONL lines {{\"id\", \"text\", \"title\"}})")
         if self.chunk_size < 1:
             raise ValueError(f"chunk_size must be >= 1, got {self.chunk_size}")
         for name in ("max_new_tokens", "batch_size", "n_bootstrap"):
@@ -146,11 +190,26 @@ class EvalConfig:
         if self.limit is not None and self.limit < 1:  # never read as "all" or "all but the last"
             raise ValueError(f"limit must be >= 1 (or None for all questions), got {self.limit}")
 
+    @property
+    def n_candidates(self) -> int:
+        """The first-stage depth ``N`` (``candidates``, else ``k``)."""
+        return self.k if self.candidates is None else int(self.candidates)
+
     def fingerprint(self) -> str:
-        """Hash of the fields that change per-question outputs (not n_bootstrap/limit/methods)."""
+        """Hash of the fields that change per-question outputs (not n_bootstrap/limit/methods).
+
+        The pipeline fields at their defaults (``candidates=None``, no ``corpus``, ``offset=0``)
+        are left out, so a run without them keeps its earlier fingerprint; a retrieved run names
+        its pooling (every record of the file), which changed the candidates of limited runs.
+        """
         d = asdict(self)
-        for key in ("n_bootstrap", "limit", "methods", "chunk_size", "batch_size", "device"):
+        for key in ("n_bootstrap", "limit", "methods", "chunk_size", "batch_size", "device", "offset"):
             d.pop(key, None)
+        for key, default in (("candidates", None), ("corpus", ())):
+            if d.get(key) in (default, list(default) if isinstance(default, tuple) else default):
+                d.pop(key, None)
+        if self.retriever != "given":
+            d["pool"] = "all-records"
         return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -177,12 +236,40 @@ def answer_metrics(dataset: str, prediction: str, answers: Sequence[str]) -> dic
     raise ValueError(f"no answer metrics for dataset {dataset!r}")
 
 
-def _load_records(cfg: EvalConfig) -> list[QARecord]:
+def _load_all(cfg: EvalConfig) -> list[QARecord]:
+    """Every record of the run's source (the data file whole; the bundled sample; the hub up to ``limit``)."""
     from ragkit.datasets import load_dataset, sample_records
 
     if cfg.sample and cfg.data_file is None:
-        return sample_records(cfg.limit)
-    return load_dataset(cfg.dataset, cfg.data_file, limit=cfg.limit, split=cfg.split, setting=cfg.setting)
+        return sample_records(None)
+    hub_limit = None if cfg.data_file else (None if cfg.limit is None else cfg.offset + cfg.limit)
+    return load_dataset(cfg.dataset, cfg.data_file, limit=hub_limit, split=cfg.split, setting=cfg.setting)
+
+
+def select_questions(cfg: EvalConfig, records: Sequence[QARecord]) -> list[QARecord]:
+    """The evaluated questions: ``records[offset : offset + limit]``."""
+    end = None if cfg.limit is None else cfg.offset + cfg.limit
+    return list(records[cfg.offset:end])
+
+
+def _load_records(cfg: EvalConfig) -> list[QARecord]:
+    return select_questions(cfg, _load_all(cfg))
+
+
+def pipeline_corpus(cfg: EvalConfig, records: Sequence[QARecord]) -> list[Passage]:
+    """The retriever's corpus: ``records``' passages pooled (de-duplicated by id, first wins), then
+    the passages of each ``cfg.corpus`` file whose id is new."""
+    from ragkit.datasets import pooled_corpus
+    from ragkit.retrievers.base import iter_passages
+
+    corpus = pooled_corpus(records)
+    seen = {p.id for p in corpus}
+    for f in cfg.corpus:
+        for p in iter_passages(f):
+            if p.id not in seen:
+                seen.add(p.id)
+                corpus.append(p)
+    return corpus
 
 
 def build_retriever(cfg: EvalConfig, corpus: list[Passage]) -> Any:
@@ -193,91 +280,191 @@ def build_retriever(cfg: EvalConfig, corpus: list[Passage]) -> Any:
 
 
 def candidates_for(
-    cfg: EvalConfig, records: Sequence[QARecord], retriever: Any | None = None
+    cfg: EvalConfig, records: Sequence[QARecord], retriever: Any | None = None,
+    pool: Sequence[QARecord] | None = None,
 ) -> list[RankedList]:
-    """Candidate passages per record, best first.
+    """Candidate passages per record, best first (``cfg.n_candidates`` of them).
 
-    ``given``: the record's passages in the dataset's order (scores ``k, k-1, ..., 1`` so the
-    given order is the ranking). Otherwise the retriever (built on the pooled corpus of all
-    records when ``retriever`` is None) returns top-``k``.
+    ``given``: the record's passages in the dataset's order (scores ``N, N-1, ..., 1`` so the
+    given order is the ranking). Otherwise the retriever (built, when ``retriever`` is None, on
+    :func:`pipeline_corpus` of ``pool``, default ``records``) returns the top ``N``.
     """
+    n = cfg.n_candidates
     if cfg.retriever == "given":
         out = []
         for r in records:
-            ps = list(r.passages[: cfg.k])
+            ps = list(r.passages[:n])
             out.append(RankedList.from_scores(ps, [float(len(ps) - i) for i in range(len(ps))], r.query))
         return out
     if retriever is None:
-        from ragkit.datasets import pooled_corpus
-
-        corpus = pooled_corpus(records)
+        corpus = pipeline_corpus(cfg, records if pool is None else pool)
         if not corpus:
             raise ValueError(
                 f"the records have no passages to pool for --retriever {cfg.retriever}; "
-                "use a dataset file with passages (e.g. the NQ-open oracle file)"
+                "use a dataset file with passages (e.g. the NQ-open oracle file) or add --corpus FILE"
             )
         retriever = build_retriever(cfg, corpus)
-    return list(retriever.search([r.query for r in records], k=cfg.k))
+    return list(retriever.search([r.query for r in records], k=n))
+
+
+PIPELINE_PLACEMENTS: tuple[str, ...] = ("none", "reverse", "both_ends", "bias_aware", "prune")
+"""What may follow ``@`` in a method name (``moi@prune``, ``upr@both_ends``)."""
+
+
+def split_method(name: str) -> tuple[str, str | None]:
+    """``"moi@prune"`` -> ``("moi", "prune")``; ``"upr"`` -> ``("upr", None)`` (checked, nothing loaded).
+
+    ``@PLACEMENT`` overrides the preset's placement; ``prune`` needs leave-one-out utilities, so
+    only MoI presets with the ``loo`` design take it.
+    """
+    from ragkit.debias.presets import moi_settings
+
+    base, sep, placement = str(name).rpartition("@") if "@" in str(name) else (str(name), "", "")
+    resolve_method(base)
+    if not sep:
+        return base, None
+    if placement not in PIPELINE_PLACEMENTS:
+        raise ValueError(f"unknown placement {placement!r} in method {name!r}; choose one of "
+                         f"{', '.join(PIPELINE_PLACEMENTS)}")
+    if placement == "prune" and moi_settings(base).get("design") != "loo":
+        raise ValueError(f"{name!r}: prune keeps passages by their leave-one-out utility; use it after an MoI "
+                         "preset with the loo design (moi, moi_loo, moi_loo_q, moi_loo_gold)")
+    return base, placement
 
 
 def _method(name: str, generator: Any, cfg: EvalConfig) -> Method:
-    """The preset ``name`` with the run's seed, answer length (and device for a cross-encoder)."""
-    kw: dict[str, Any] = {"seed": cfg.seed, "max_new_tokens": cfg.max_new_tokens}
-    if resolve_method(name).loads_encoder:
+    """The preset ``name`` with the run's seed, answer length, prompt size ``k`` (and device for a cross-encoder)."""
+    base, placement = split_method(name)
+    kw: dict[str, Any] = {"seed": cfg.seed, "max_new_tokens": cfg.max_new_tokens, "top_k": cfg.k}
+    if placement is not None:
+        kw["placement"] = placement
+    if resolve_method(base).loads_encoder:
         kw["device"] = cfg.device
     kw.update(cfg.method_kwargs.get(name, {}))
-    return get_method(name, generator, **kw)
+    return get_method(base, generator, **kw)
 
 
-def _row(method: str, rec: QARecord, cand: RankedList, out: Any, dataset: str, elapsed: float) -> dict[str, Any]:
+LEDGER_KEYS: tuple[str, ...] = ("generator_calls", "forwards", "tokens_prefilled", "tokens_generated", "seconds")
+"""The cost ledger of every row (generator sequences, model forwards, prefilled and generated tokens, seconds)."""
+
+
+def _counters(generator: Any) -> dict[str, float] | None:
+    c = getattr(generator, "counters", None)
+    return {k: float(v) for k, v in c.items()} if isinstance(c, dict) else None
+
+
+def _row(method: str, rec: QARecord, cand: RankedList, out: Any, dataset: str, cost: dict[str, Any]) -> dict[str, Any]:
     answer = out.answer if out.answer is not None else ""
     ranking: RankedList = out.ranking
-    return {
+    cids = cand.ids()
+    extra = getattr(out, "extra", {}) or {}
+    row: dict[str, Any] = {
         "method": method,
         "qid": rec.id,
         "question": rec.question,
         "answers": list(rec.answers),
         "prediction": answer,
-        "candidates": cand.ids(),
+        "candidates": cids,
+        "candidate_scores": [round(float(x), 6) for x in cand.scores()],
         "ranking": ranking.ids(),
         "order": [int(i) for i in out.order],
+        "prompt": [cids[int(i)] for i in out.order],
         "gold_ids": list(rec.gold_ids),
+        # the reranker kept the input order (MoI's interventions did not separate the passages)
+        "fallback": bool(ranking.info.fallback or extra.get("fallback", False)),
         "generator_calls": int(getattr(out, "generator_calls", 0) or 0),
-        "seconds": round(elapsed, 4),
+        "seconds": round(float(cost["seconds"]), 4),
+        "cost": {"generator_calls": int(getattr(out, "generator_calls", 0) or 0), **cost},
         "metrics": answer_metrics(dataset, answer, rec.answers),
     }
+    for key in ("abstain", "harmful_share", "harmful"):
+        if key in extra:
+            row[key] = extra[key]
+    return row
 
 
 def _partial_path(out: Path) -> Path:
     return out.with_name(out.name + ".partial.jsonl")
 
 
+def recall_key(k: int) -> str:
+    """The name of the prompt-recall metric for ``k`` prompt passages (``"recall@3"``)."""
+    return f"recall@{int(k)}"
+
+
+def metric_names(dataset: str, k: int) -> tuple[str, ...]:
+    """Answer metrics of ``dataset``, then nDCG@10 and MRR@10 of the ranking, then recall@K of the prompt."""
+    return (*DATASET_METRICS[dataset], *RANKING_METRICS, recall_key(k))
+
+
+def add_ranking_metrics(rows: Sequence[dict[str, Any]], k: int) -> None:
+    """Put nDCG@10 and MRR@10 of each row's ranking and recall@K of its prompt into ``row["metrics"]``.
+
+    Gold passages are the row's ``gold_ids`` (rows without gold get none of the three).
+    recall@K = |gold ∩ prompt| / |gold|, over the passages that reached the prompt (``prompt``; for
+    rows written before it existed, the candidates in prompt ``order``), so a gold passage the first
+    stage missed counts as missed, and ``prune`` is charged for what it drops.
+    """
+    by_method: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        if r.get("gold_ids"):
+            by_method.setdefault(r["method"], []).append(r)
+    rk = recall_key(k)
+    for mrows in by_method.values():
+        qrels = {r["qid"]: r["gold_ids"] for r in mrows}
+        run = {r["qid"]: {pid: float(len(r["ranking"]) - i) for i, pid in enumerate(r["ranking"])} for r in mrows}
+        per = ir_metrics_per_query(qrels, run, RANKING_METRICS)
+        for r in mrows:
+            for name in RANKING_METRICS:
+                r["metrics"][name] = float(per[name].get(r["qid"], 0.0))
+            prompt = r.get("prompt") or [r["candidates"][i] for i in r.get("order", [])]
+            gold = set(r["gold_ids"])
+            r["metrics"][rk] = len(gold & set(prompt)) / len(gold)
+
+
 def aggregate(
-    rows: Sequence[dict[str, Any]], dataset: str, methods: Sequence[str], n_bootstrap: int, seed: int
+    rows: Sequence[dict[str, Any]], dataset: str, methods: Sequence[str], n_bootstrap: int, seed: int,
+    k: int | None = None,
 ) -> dict[str, dict[str, Any]]:
-    """Per-method means + bootstrap intervals of answer metrics and gold-passage IR metrics."""
+    """Per-method means + bootstrap intervals of the answer, ranking and prompt metrics, and the mean cost ledger.
+
+    ``k`` (the prompt size) names recall@K; ranking metrics are computed from the rows
+    (:func:`add_ranking_metrics`) when missing. ``fallback_rate`` is the share of questions whose
+    reranker kept the retriever order; ``abstain_rate`` and ``harmful_share`` appear for ``prune``.
+    """
+    if k is None:
+        k = max((len(r.get("order", [])) for r in rows), default=1) or 1
+    if any(r.get("gold_ids") and RANKING_METRICS[0] not in r["metrics"] for r in rows):
+        add_ranking_metrics(rows, k)
     agg: dict[str, dict[str, Any]] = {}
     for m in methods:
         mrows = [r for r in rows if r["method"] == m]
         res: dict[str, Any] = {}
-        for name in DATASET_METRICS[dataset]:
+        for name in metric_names(dataset, k):
             vals = [r["metrics"][name] for r in mrows if name in r["metrics"]]
-            res[name] = bootstrap_ci(vals, n_bootstrap, seed)
-        qrels = {r["qid"]: r["gold_ids"] for r in mrows if r["gold_ids"]}
-        if qrels:
-            run = {r["qid"]: {pid: float(len(r["ranking"]) - i) for i, pid in enumerate(r["ranking"])} for r in mrows}
-            per = ir_metrics_per_query(qrels, run, RANKING_METRICS)
-            for name in RANKING_METRICS:
-                res[name] = bootstrap_ci(list(per[name].values()), n_bootstrap, seed)
+            if vals or name in DATASET_METRICS[dataset]:
+                res[name] = bootstrap_ci(vals, n_bootstrap, seed)
         res["generator_calls_per_question"] = float(np.mean([r["generator_calls"] for r in mrows])) if mrows else 0.0
         res["seconds_per_question"] = float(np.mean([r["seconds"] for r in mrows])) if mrows else 0.0
+        costs = [r["cost"] for r in mrows if isinstance(r.get("cost"), dict)]
+        res["cost_per_question"] = {key: float(np.mean([c[key] for c in costs if c.get(key) is not None]))
+                                    for key in LEDGER_KEYS
+                                    if any(c.get(key) is not None for c in costs)}
+        res["fallbacks"] = sum(bool(r.get("fallback", False)) for r in mrows)
+        res["fallback_rate"] = float(np.mean([bool(r.get("fallback")) for r in mrows])) if mrows else 0.0
+        for key in ("abstain", "harmful_share"):
+            vals = [float(r[key]) for r in mrows if key in r]
+            if vals:
+                res[f"{key}_rate" if key == "abstain" else key] = float(np.mean(vals))
+        res["prompt_passages_per_question"] = float(np.mean([len(r.get("order", [])) for r in mrows])) if mrows else 0.0
         res["questions"] = len(mrows)
         agg[m] = res
     return agg
 
 
 def paired_differences(
-    rows: Sequence[dict[str, Any]], dataset: str, methods: Sequence[str], n_bootstrap: int, seed: int
+    rows: Sequence[dict[str, Any]], dataset: str, methods: Sequence[str], n_bootstrap: int, seed: int,
+    k: int | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Each method minus the first one (the baseline), question by question, with a bootstrap interval.
 
@@ -285,6 +472,7 @@ def paired_differences(
     the result is ``mean(d)`` with the percentile-bootstrap interval of :func:`bootstrap_ci`
     (resampling questions, so the pairing is kept: a paired bootstrap, Efron & Tibshirani 1993, ch. 16).
     An interval that excludes 0 means the difference is unlikely to come from the question sample.
+    Metrics: the dataset's answer metrics, and nDCG@10 / MRR@10 / recall@K when the rows carry them.
 
     Returns
     -------
@@ -293,18 +481,35 @@ def paired_differences(
     """
     if len(methods) < 2:
         return {}
+    if k is None:
+        k = max((len(r.get("order", [])) for r in rows), default=1) or 1
     base = methods[0]
     by = {(r["method"], r["qid"]): r for r in rows}
     out: dict[str, dict[str, Any]] = {}
     for m in methods[1:]:
         qids = [q for (mm, q) in by if mm == m and (base, q) in by]
         res: dict[str, Any] = {}
-        for name in DATASET_METRICS[dataset]:
+        for name in metric_names(dataset, k):
             diffs = [by[(m, q)]["metrics"][name] - by[(base, q)]["metrics"][name] for q in qids
                      if name in by[(m, q)]["metrics"] and name in by[(base, q)]["metrics"]]
-            res[name] = bootstrap_ci(diffs, n_bootstrap, seed)
+            if diffs or name in DATASET_METRICS[dataset]:
+                res[name] = bootstrap_ci(diffs, n_bootstrap, seed)
         out[f"{m} - {base}"] = res
     return out
+
+
+def _chunk_cost(before: dict[str, float] | None, after: dict[str, float] | None, seconds: float,
+                n: int) -> dict[str, Any]:
+    """Per-question share of one chunk's generator counters and wall time (the ledger, without sequences)."""
+    have = before is not None and after is not None
+
+    def d(key: str) -> float | None:
+        if not have or key not in after or key not in before:  # type: ignore[operator]
+            return None
+        return round((after[key] - before[key]) / n, 2)  # type: ignore[index]
+
+    return {"forwards": d("forwards"), "tokens_prefilled": d("prefill_tokens"),
+            "tokens_generated": d("decode_tokens"), "seconds": round(seconds / n, 4)}
 
 
 def run_eval(
@@ -317,6 +522,7 @@ def run_eval(
     generator: Any | None = None,
     show_progress: bool | None = None,
     on_chunk: Callable[[int], None] | None = None,
+    pool: Sequence[QARecord] | None = None,
 ) -> dict[str, Any]:
     """Run an evaluation and write its JSON (and markdown) report.
 
@@ -333,7 +539,10 @@ def run_eval(
     resume
         Skip the (method, question) items already in the partial file.
     records, generator
-        Pre-loaded records / a :class:`ragkit.generation.Generator` (else built from ``cfg``).
+        Pre-loaded questions / a :class:`ragkit.generation.Generator` (else built from ``cfg``).
+    pool
+        With ``records``: the records whose passages form the retriever's corpus (default: ``records``).
+        Without ``records`` the corpus pools every record of ``cfg``'s data file.
     on_chunk
         Progress callback, called after each chunk is appended (fsync'd) to the partial file with
         the number of items appended so far in this call; an exception it raises stops the run,
@@ -347,7 +556,13 @@ def run_eval(
     t0 = time.perf_counter()
     out_path = Path(out)
     md_path = Path(report_md) if report_md else out_path.with_suffix(".md")
-    recs = list(records) if records is not None else _load_records(cfg)
+    pool_recs: list[QARecord] | None = None
+    if records is not None:
+        recs = list(records)
+        pool_recs = list(pool) if pool is not None else None
+    else:
+        pool_recs = _load_all(cfg)
+        recs = select_questions(cfg, pool_recs)
     if not recs:
         raise ValueError("no records to evaluate (empty dataset or --limit 0)")
     dataset = "hotpotqa" if cfg.sample and cfg.data_file is None else cfg.dataset
@@ -373,9 +588,18 @@ def run_eval(
     n_todo = sum(len(v) for v in todo.values())
     t_load = time.perf_counter()
     cands_by_id: dict[str, RankedList] = {}
+    corpus_size: int | None = None
     if n_todo:
         # retrieval always sees all records (the pooled corpus must not depend on what is done)
-        all_cands = candidates_for(cfg, recs)
+        retriever = None
+        if cfg.retriever != "given":
+            corpus = pipeline_corpus(cfg, pool_recs if pool_recs is not None else recs)
+            if not corpus:
+                raise ValueError(f"the records have no passages to pool for --retriever {cfg.retriever}; use a "
+                                 "dataset file with passages (e.g. the NQ-open oracle file) or add --corpus FILE")
+            corpus_size = len(corpus)
+            retriever = build_retriever(cfg, corpus)
+        all_cands = candidates_for(cfg, recs, retriever)
         cands_by_id = {r.id: c for r, c in zip(recs, all_cands)}
         if generator is None:
             from ragkit.generation import load_generator
@@ -401,6 +625,7 @@ def run_eval(
         for start in range(0, len(items), cfg.chunk_size):
             chunk = items[start : start + cfg.chunk_size]
             cands = [cands_by_id[r.id] for r in chunk]
+            before = _counters(generator)
             tc = time.perf_counter()
             outs = method.run_many(
                 [r.query for r in chunk],
@@ -412,8 +637,8 @@ def run_eval(
                 [list(r.answers) for r in chunk] if method.needs_answers else None,
                 True,
             )
-            per_item = (time.perf_counter() - tc) / len(chunk)
-            rows = [_row(m, r, c, o, dataset, per_item) for r, c, o in zip(chunk, cands, outs)]
+            cost = _chunk_cost(before, _counters(generator), time.perf_counter() - tc, len(chunk))
+            rows = [_row(m, r, c, o, dataset, cost) for r, c, o in zip(chunk, cands, outs)]
             append_jsonl(partial, rows)
             for row in rows:
                 done[(m, row["qid"])] = row
@@ -427,7 +652,8 @@ def run_eval(
             pass
 
     rows_final = [done[(m, r.id)] for m in cfg.methods for r in recs]
-    agg = aggregate(rows_final, dataset, cfg.methods, cfg.n_bootstrap, cfg.seed)
+    add_ranking_metrics(rows_final, cfg.k)
+    agg = aggregate(rows_final, dataset, cfg.methods, cfg.n_bootstrap, cfg.seed, cfg.k)
     model_name = getattr(generator, "name", None) or cfg.model or "embedded-default"
     report: dict[str, Any] = {
         "ragkit_eval": 1,
@@ -439,8 +665,11 @@ def run_eval(
         },
         "n_questions": len(recs),
         "metrics": list(DATASET_METRICS[dataset]),
+        "ranking_metrics": [*RANKING_METRICS, recall_key(cfg.k)],
+        "protocol": {"candidates": cfg.n_candidates, "k": cfg.k, "retriever": cfg.retriever,
+                     "corpus_passages": corpus_size, "offset": cfg.offset},
         "aggregate": agg,
-        "paired": paired_differences(rows_final, dataset, cfg.methods, cfg.n_bootstrap, cfg.seed),
+        "paired": paired_differences(rows_final, dataset, cfg.methods, cfg.n_bootstrap, cfg.seed, cfg.k),
         "timing": {
             "total_seconds": round(time.perf_counter() - t0, 3),
             "setup_seconds": round(load_s, 3),

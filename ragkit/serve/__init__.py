@@ -12,12 +12,13 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from ragkit.serve.app import RequestError, create_app
+from ragkit.serve.app import RerankService, create_app
 from ragkit.serve.batcher import MicroBatcher, QueueFullError
+from ragkit.serve.schemas import RequestError
 from ragkit.serve.settings import ServeSettings
 
-__all__ = ["MicroBatcher", "QueueFullError", "RequestError", "ServeSettings", "create_app", "fixed_mmap_threshold",
-           "run"]
+__all__ = ["MicroBatcher", "QueueFullError", "RequestError", "RerankService", "ServeSettings", "create_app",
+           "fixed_mmap_threshold", "run"]
 
 logger = logging.getLogger(__name__)
 
@@ -53,13 +54,18 @@ def fixed_mmap_threshold(nbytes: int = 65_536) -> bool:
 
 
 def run(app: Any, host: str = "127.0.0.1", port: int = 8080, log_level: str = "info") -> None:
-    """Serve ``app`` with uvicorn until interrupted (one process: the model is loaded once).
+    """Serve ``app`` with uvicorn until SIGTERM / Ctrl-C (one process: the model is loaded once).
 
     Calls :func:`fixed_mmap_threshold` first, so that the server's memory stays bounded under load.
+    On shutdown, requests in flight get ``ServeSettings.shutdown_grace_s`` seconds and are then
+    cancelled; a reranker call still running (a backend that sleeps or hangs) runs in a daemon
+    thread and does not hold the process.
     """
     try:
         import uvicorn
     except ImportError as e:  # pragma: no cover - depends on the environment
         raise ImportError("ragkit serve needs uvicorn; install it with `pip install 'ragkit[serve]'`") from e
     fixed_mmap_threshold()
-    uvicorn.run(app, host=host, port=port, log_level=log_level, workers=1)
+    settings = getattr(getattr(app, "state", None), "settings", None)
+    grace = getattr(settings, "shutdown_grace_s", 5.0)
+    uvicorn.run(app, host=host, port=port, log_level=log_level, workers=1, timeout_graceful_shutdown=grace)

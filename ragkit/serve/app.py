@@ -9,56 +9,64 @@ Endpoints
     ``{"query": str, "texts": [str], "raw_scores"?: bool, "return_text"?: bool}`` ->
     ``[{"index", "score"}]``, best first.
 ``GET /health``
-    200 ``{"status": "ok", ...}`` while the batching loop runs, else 503.
+    200 ``{"status": "ok"}`` while the reranker answers; 503 with ``"stuck"`` (a reranker call
+    has run past ``request_timeout_s``), ``"failing"`` (the last batches all failed, e.g. an
+    unreachable generator server) or ``"error"`` (the batching loop died), with a ``reason``.
+    ``/health?detail=1`` adds the model, settings and counters; it needs the API key when one is
+    set (the open view names no server-side path or setting).
 ``GET /metrics``
-    Prometheus text format (requests by endpoint and status, latency, batch sizes, queue depth).
+    Prometheus text format (requests by endpoint and status, latency, batch sizes, queue depth);
+    a client that went away before its answer is counted under status ``499``.
 
-Scores: the reranker's raw score ``s`` is reported as ``sigmoid(s) = 1 / (1 + exp(-s))`` (Cohere's
-``relevance_score`` lies in [0, 1]; TEI applies the same unless ``raw_scores``); the order is the
-reranker's order either way. Concurrent requests are micro-batched into one ``rank_many`` call
+The request and response shapes live in :mod:`ragkit.serve.schemas`. Scores: the reranker's raw
+score ``s`` is reported as ``sigmoid(s) = 1 / (1 + exp(-s))`` (Cohere's ``relevance_score`` lies
+in [0, 1]; TEI applies the same unless ``raw_scores``); the order is the reranker's order either
+way. Concurrent requests are micro-batched into one ``rank_many`` call
 (:class:`ragkit.serve.MicroBatcher`); a cross-encoder reranker (the distilled student) then scores
 each distinct pair of the merged batch once, in length-bucketed encoder batches
 (:class:`ragkit.debias.cross_encoder.CrossEncoderReranker`; ``ServeSettings.max_batch_tokens`` and
 ``forward_cost_tokens`` configure it).
+
+No request can hold the server: bodies are read as a stream and refused as soon as they pass
+``max_body_bytes`` (a chunked body included), all bodies in flight together are bounded by
+``max_pending_bytes``, a request's work by ``max_request_chars``, and its wait by
+``request_timeout_s`` (504).
 """
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
 import hmac
-import json
 import logging
-import math
 import time
-import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, TypeVar
+
+from pydantic import BaseModel
 
 from ragkit.debias.cross_encoder import CrossEncoderReranker
 from ragkit.serve.batcher import MicroBatcher, QueueFullError
+from ragkit.serve.schemas import (
+    CohereRerankRequest,
+    RequestError,
+    TEIRerankRequest,
+    cohere_response,
+    parse_request,
+    tei_response,
+)
 from ragkit.serve.settings import ServeSettings
 from ragkit.types import Passage, RankedList
 
-__all__ = ["create_app", "RequestError"]
+__all__ = ["RerankService", "RequestError", "create_app"]
 
 logger = logging.getLogger(__name__)
 
+R = TypeVar("R", bound=BaseModel)
 
-class RequestError(Exception):
-    """A refused request: HTTP ``status`` and the ``field`` at fault."""
-
-    def __init__(self, status: int, field: str, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.field = field
-        self.message = message
-
-
-def _sigmoid(x: float) -> float:
-    if x >= 0:
-        return 1.0 / (1.0 + math.exp(-x))
-    z = math.exp(x)
-    return z / (1.0 + z)
+CLIENT_GONE = 499
+"""Status counted in ``/metrics`` for a client that disconnected before its answer (nginx's convention)."""
 
 
 def _need_serve_deps() -> None:
@@ -70,49 +78,6 @@ def _need_serve_deps() -> None:
             f"ragkit serve needs starlette, uvicorn and prometheus-client ({e.name} is missing); "
             "install them with `pip install 'ragkit[serve]'`"
         ) from e
-
-
-# ----------------------------------------------------------------------------- validation
-def _check_text(value: Any, field: str, settings: ServeSettings) -> str:
-    if not isinstance(value, str):
-        raise RequestError(422, field, f"`{field}` must be a string, got {type(value).__name__}")
-    if not value.strip():
-        raise RequestError(422, field, f"`{field}` is empty; send non-empty text")
-    if len(value) > settings.max_chars:
-        raise RequestError(413, field, f"`{field}` has {len(value)} characters, more than the server's limit of "
-                                       f"{settings.max_chars} (max_chars); shorten it or split it")
-    return value
-
-
-def _check_bool(body: dict[str, Any], field: str, default: bool) -> bool:
-    v = body.get(field, default)
-    if v is None:
-        return default
-    if not isinstance(v, bool):
-        raise RequestError(422, field, f"`{field}` must be true or false, got {v!r}")
-    return v
-
-
-def _check_documents(body: dict[str, Any], field: str, settings: ServeSettings) -> list[str]:
-    if field not in body:
-        raise RequestError(422, field, f"`{field}` is missing; send a list of texts")
-    docs = body[field]
-    if not isinstance(docs, list):
-        raise RequestError(422, field, f"`{field}` must be a list, got {type(docs).__name__}")
-    if not docs:
-        raise RequestError(422, field, f"`{field}` is empty; send at least one text")
-    if len(docs) > settings.max_documents:
-        raise RequestError(413, field, f"`{field}` has {len(docs)} entries, more than the server's limit of "
-                                       f"{settings.max_documents} (max_documents); send fewer per request")
-    out = []
-    for i, d in enumerate(docs):
-        name = f"{field}[{i}]"
-        if isinstance(d, dict):
-            if "text" not in d:
-                raise RequestError(422, name, f"`{name}` is an object without a `text` string")
-            d, name = d["text"], f"{name}.text"
-        out.append(_check_text(d, name, settings))
-    return out
 
 
 class _Metrics:
@@ -133,6 +98,8 @@ class _Metrics:
         self.batch_seconds = Histogram("ragkit_batch_seconds", "Seconds per reranker call", registry=self.registry,
                                        buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30))
         self.queue = Gauge("ragkit_queue_depth", "Requests waiting for the reranker", registry=self.registry)
+        self.pending_bytes = Gauge("ragkit_pending_body_bytes", "Request-body bytes held by the server",
+                                   registry=self.registry)
 
     def on_batch(self, n: int, seconds: float) -> None:
         self.batch_size.observe(n)
@@ -154,7 +121,285 @@ def _rank_fn(reranker: Any, settings: ServeSettings) -> Callable[[list[str], lis
     return fn
 
 
-# ----------------------------------------------------------------------------- app
+def _request_key(query: str, docs: list[str]) -> str:
+    """A digest of a request's content (the batcher's quarantine key)."""
+    h = hashlib.blake2b(digest_size=16)
+    for t in (query, *docs):
+        b = t.encode("utf-8")
+        h.update(len(b).to_bytes(8, "little"))
+        h.update(b)
+    return h.hexdigest()
+
+
+class _ByteBudget:
+    """Bytes held by request bodies, over all requests (the event loop is single-threaded: no lock)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.held = 0
+
+    def take(self, n: int) -> bool:
+        if self.held + n > self.limit:
+            return False
+        self.held += n
+        return True
+
+    def give(self, n: int) -> None:
+        self.held -= n
+
+
+class RerankService:
+    """The server's state and its handlers; :func:`create_app` wires them into a Starlette app.
+
+    Each endpoint is a small method; :meth:`handle` is the pipeline they share (authorise, read
+    the body within the byte budgets, parse it into a :mod:`~ragkit.serve.schemas` model, run it,
+    count it in ``/metrics``), so a new endpoint is a parse model, a ``run`` coroutine and a
+    route in :meth:`routes`.
+
+    Parameters
+    ----------
+    reranker, settings
+        As in :func:`create_app`.
+    """
+
+    def __init__(self, reranker: Any, settings: ServeSettings | None = None) -> None:
+        _need_serve_deps()
+        self.reranker = reranker
+        self.settings = settings or ServeSettings()
+        self.metrics = _Metrics()
+        self.batcher = MicroBatcher(_rank_fn(reranker, self.settings), self.settings.max_batch_size,
+                                    self.settings.max_wait_ms, self.settings.max_queue,
+                                    on_batch=self.metrics.on_batch)
+        self.body_bytes = _ByteBudget(self.settings.pending_bytes_limit)
+
+    # ------------------------------------------------------------------ building blocks
+    @staticmethod
+    def error(status: int, message: str, field: str | None = None, headers: dict[str, str] | None = None,
+              kind: str = "Validation") -> Any:
+        """A JSON error body: ``message`` (Cohere), ``error`` + ``error_type`` (TEI) and the ``field`` at fault."""
+        from starlette.responses import JSONResponse
+
+        body = {"message": message, "error": message, "error_type": kind}
+        if field:
+            body["field"] = field
+        return JSONResponse(body, status_code=status, headers=headers)
+
+    def authorised(self, request: Any) -> bool:
+        """Whether ``request`` carries ``Authorization: Bearer <api_key>`` (always, when no key is set).
+
+        Header values arrive as Latin-1 text (HTTP's byte-transparent reading); they are turned back
+        into the bytes the client sent and compared with the key's UTF-8 bytes in constant time.
+        """
+        key = self.settings.api_key
+        if key is None:
+            return True
+        scheme, _, token = request.headers.get("authorization", "").partition(" ")
+        try:
+            sent = token.strip().encode("latin-1")
+        except UnicodeEncodeError:
+            return False
+        return scheme.lower() == "bearer" and hmac.compare_digest(sent, key.encode("utf-8"))
+
+    async def read_body(self, request: Any, held: list[int]) -> bytes:
+        """The body, read as a stream and refused as soon as it passes ``max_body_bytes`` (413) or the
+        server-wide ``max_pending_bytes`` (503); the bytes taken are added to ``held[0]``."""
+        limit = self.settings.max_body_bytes
+        length = request.headers.get("content-length")
+        if length is not None and length.strip().isdigit() and int(length) > limit:
+            raise RequestError(413, "body", f"the request `body` has {int(length)} bytes, more than the server's "
+                                            f"limit of {limit}; send fewer or shorter documents")
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise RequestError(413, "body", f"the request `body` has more than {limit} bytes, the server's "
+                                                "limit; send fewer or shorter documents")
+            if not self.body_bytes.take(len(chunk)):
+                retry = str(self.settings.retry_after_s)
+                raise RequestError(503, "body", f"the server is holding {self.body_bytes.held} bytes of request "
+                                                f"bodies (max_pending_bytes={self.body_bytes.limit}); retry after "
+                                                f"{retry} s", headers={"Retry-After": retry}, kind="Overloaded")
+            held[0] += len(chunk)
+            self.metrics.pending_bytes.set(self.body_bytes.held)
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    async def rank(self, request: Any, query: str, docs: list[str]) -> RankedList:
+        """Rank ``docs`` for ``query`` through the batcher within the request's deadline.
+
+        Raises
+        ------
+        RequestError
+            503 when the queue is full, 504 past ``request_timeout_s``, 500 when the reranker failed.
+        ClientGone
+            When the client disconnected first (its queued work is dropped).
+        """
+        passages = [Passage(id=str(i), text=d) for i, d in enumerate(docs)]
+        self.metrics.queue.set(self.batcher.depth)
+        job = asyncio.ensure_future(self.batcher.submit(query, passages, key=_request_key(query, docs)))
+        gone = asyncio.ensure_future(_disconnected(request))
+        try:
+            done, _ = await asyncio.wait({job, gone}, timeout=self.settings.request_timeout_s,
+                                         return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            gone.cancel()
+            if not job.done():
+                job.cancel()  # its future is cancelled: the batcher drops it, or ignores its result
+        if job in done:
+            try:
+                return job.result()
+            except QueueFullError as e:
+                retry = str(self.settings.retry_after_s)
+                raise RequestError(503, "", f"the server is overloaded ({e}); retry after {retry} s",
+                                   headers={"Retry-After": retry}, kind="Overloaded") from None
+            except Exception as e:  # noqa: BLE001 - the model failed for this request only
+                raise RequestError(500, "", f"the reranker failed on this request: {type(e).__name__}: {e}",
+                                   kind="Backend") from None
+        if gone in done:
+            raise ClientGone()
+        raise RequestError(504, "", f"the reranker did not answer within {self.settings.request_timeout_s:g} s "
+                                    "(request_timeout_s); retry later, or send fewer or shorter documents",
+                           kind="Timeout")
+
+    async def handle(self, request: Any, endpoint: str, model: type[R],
+                     run: Callable[[Any, R], Awaitable[Any]]) -> Any:
+        """The shared pipeline of a POST endpoint: auth, bounded body, ``model`` parse, ``run``, metrics."""
+        from starlette.requests import ClientDisconnect
+        from starlette.responses import JSONResponse, Response
+
+        t0 = time.perf_counter()
+        status = 500
+        held = [0]
+        try:
+            if not self.authorised(request):
+                status = 401
+                return self.error(401, "missing or wrong API key; send `Authorization: Bearer <key>`",
+                                  "authorization", headers={"WWW-Authenticate": "Bearer"}, kind="Unauthorized")
+            try:
+                req = parse_request(model, await self.read_body(request, held), self.settings)
+                body = await run(request, req)
+            except RequestError as e:
+                status = e.status
+                return self.error(e.status, e.message, e.field or None, headers=e.headers, kind=e.kind)
+            except (ClientDisconnect, ClientGone):
+                status = CLIENT_GONE
+                return Response(status_code=CLIENT_GONE)  # nobody reads it
+            except asyncio.CancelledError:  # shutdown_grace_s passed while this request waited: answer it
+                status = 503
+                return self.error(503, "the server is shutting down; retry on another instance or later",
+                                  headers={"Retry-After": str(self.settings.retry_after_s)}, kind="Overloaded")
+            status = 200
+            return JSONResponse(body)
+        finally:
+            self.body_bytes.give(held[0])
+            self.metrics.pending_bytes.set(self.body_bytes.held)
+            self.metrics.queue.set(self.batcher.depth)
+            self.metrics.requests.labels(endpoint, str(status)).inc()
+            self.metrics.latency.labels(endpoint).observe(time.perf_counter() - t0)
+
+    # ------------------------------------------------------------------ endpoints
+    async def _run_cohere(self, request: Any, req: CohereRerankRequest) -> dict[str, Any]:
+        ranked = await self.rank(request, req.query, req.texts())
+        self.metrics.documents.inc(len(req.documents))
+        return cohere_response(req, ranked, self.settings.model_name)
+
+    async def _run_tei(self, request: Any, req: TEIRerankRequest) -> list[dict[str, Any]]:
+        ranked = await self.rank(request, req.query, req.texts())
+        self.metrics.documents.inc(len(req.texts()))
+        return tei_response(req, ranked)
+
+    async def cohere_rerank(self, request: Any) -> Any:
+        """``POST /v1/rerank``, ``/v2/rerank``."""
+        return await self.handle(request, "cohere", CohereRerankRequest, self._run_cohere)
+
+    async def tei_rerank(self, request: Any) -> Any:
+        """``POST /rerank``."""
+        return await self.handle(request, "tei", TEIRerankRequest, self._run_tei)
+
+    def state(self) -> tuple[str, str]:
+        """``(status, reason)``: ``ok``, ``stuck``, ``failing`` or ``error`` (see the module docstring)."""
+        b = self.batcher
+        if b.crashed:
+            return "error", "the batching loop stopped; restart the server"
+        busy, limit = b.busy_seconds, self.settings.request_timeout_s
+        if busy > limit:
+            return "stuck", f"a reranker call has run for {busy:.0f} s (request_timeout_s={limit:g})"
+        if b.failed_batches >= 3:
+            return "failing", f"the last {b.failed_batches} reranker calls failed (last error: {b.last_error})"
+        return "ok", ""
+
+    async def health(self, request: Any) -> Any:
+        """``GET /health``: the status for anyone; ``?detail=1`` with the key adds model, settings, counters."""
+        from starlette.responses import JSONResponse
+
+        status, reason = self.state()
+        body: dict[str, Any] = {"status": status, "queue_depth": self.batcher.depth,
+                                "busy_seconds": round(self.batcher.busy_seconds, 3)}
+        if reason:
+            body["reason"] = reason
+        if request.query_params.get("detail", "").lower() in ("1", "true", "yes"):
+            if not self.authorised(request):
+                return self.error(401, "`/health?detail=1` needs the API key; send `Authorization: Bearer <key>`",
+                                  "authorization", headers={"WWW-Authenticate": "Bearer"}, kind="Unauthorized")
+            body.update(self.detail())
+        return JSONResponse(body, status_code=200 if status == "ok" else 503)
+
+    def detail(self) -> dict[str, Any]:
+        """Model, settings and counters (``/health?detail=1``)."""
+        out: dict[str, Any] = {"model": self.settings.model_name, "batches": self.batcher.batches,
+                               "requests": self.batcher.requests, "settings": self.settings.public(),
+                               "pending_body_bytes": self.body_bytes.held}
+        r = self.reranker
+        if isinstance(r, CrossEncoderReranker):
+            out["pairs"] = {"requested": r.pairs_requested, "scored": r.pairs_scored,
+                            "real_tokens": r.real_tokens, "padded_tokens": r.padded_tokens}
+        return out
+
+    async def prometheus(self, request: Any) -> Any:
+        """``GET /metrics`` (Prometheus text format)."""
+        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+        from starlette.responses import Response
+
+        self.metrics.queue.set(self.batcher.depth)
+        return Response(generate_latest(self.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    # ------------------------------------------------------------------ wiring
+    def routes(self) -> list[Any]:
+        """The Starlette routes of the endpoints."""
+        from starlette.routing import Route
+
+        return [
+            Route("/v1/rerank", self.cohere_rerank, methods=["POST"]),
+            Route("/v2/rerank", self.cohere_rerank, methods=["POST"]),
+            Route("/rerank", self.tei_rerank, methods=["POST"]),
+            Route("/health", self.health, methods=["GET"]),
+            Route("/metrics", self.prometheus, methods=["GET"]),
+        ]
+
+    @asynccontextmanager
+    async def lifespan(self, app: Any) -> AsyncIterator[None]:
+        """Start the batching loop with the server; stop it (failing waiting requests) on shutdown."""
+        await self.batcher.start()
+        logger.info("serving %s (%s)", self.settings.model_name, self.settings.public())
+        try:
+            yield
+        finally:
+            await self.batcher.stop()
+
+
+class ClientGone(Exception):
+    """The client disconnected before its answer was ready."""
+
+
+async def _disconnected(request: Any) -> None:
+    """Return when the client of ``request`` (whose body was read) disconnects."""
+    while True:
+        message = await request.receive()
+        if message.get("type") == "http.disconnect":
+            return
+
+
 def create_app(reranker: Any, settings: ServeSettings | None = None) -> Any:
     """The Starlette app serving ``reranker`` (any object with ``rank_many``, e.g. a ragkit Reranker).
 
@@ -170,168 +415,15 @@ def create_app(reranker: Any, settings: ServeSettings | None = None) -> Any:
     Returns
     -------
     starlette.applications.Starlette
-        Run it with ``uvicorn.run(app, host=..., port=...)``; ``app.state.batcher`` is the
-        :class:`MicroBatcher`.
+        Run it with :func:`ragkit.serve.run` (or ``uvicorn.run``); ``app.state.service`` is the
+        :class:`RerankService`, ``app.state.batcher`` its :class:`MicroBatcher`.
     """
-    _need_serve_deps()
-    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
     from starlette.applications import Starlette
-    from starlette.requests import Request
-    from starlette.responses import JSONResponse, Response
-    from starlette.routing import Route
 
-    settings = settings or ServeSettings()
-    metrics = _Metrics()
-    rank_fn = _rank_fn(reranker, settings)
-    batcher = MicroBatcher(rank_fn, settings.max_batch_size, settings.max_wait_ms,
-                           settings.max_queue, on_batch=metrics.on_batch)
-
-    def error(status: int, message: str, field: str | None = None, headers: dict[str, str] | None = None,
-              kind: str = "Validation") -> JSONResponse:
-        body = {"message": message, "error": message, "error_type": kind}
-        if field:
-            body["field"] = field
-        return JSONResponse(body, status_code=status, headers=headers)
-
-    def authorised(request: Request) -> bool:
-        if settings.api_key is None:
-            return True
-        auth = request.headers.get("authorization", "")
-        scheme, _, token = auth.partition(" ")
-        return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), settings.api_key.encode())
-
-    async def read_body(request: Request) -> dict[str, Any]:
-        length = request.headers.get("content-length")
-        if length is not None and length.isdigit() and int(length) > settings.max_body_bytes:
-            raise RequestError(413, "body", f"the request `body` has {length} bytes, more than the server's limit "
-                                            f"of {settings.max_body_bytes}; send fewer or shorter documents")
-        raw = await request.body()
-        if len(raw) > settings.max_body_bytes:
-            raise RequestError(413, "body", f"the request `body` has {len(raw)} bytes, more than the server's "
-                                            f"limit of {settings.max_body_bytes}")
-        try:
-            body = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise RequestError(422, "body", f"the request `body` is not valid JSON ({e})") from e
-        if not isinstance(body, dict):
-            raise RequestError(422, "body", f"the request `body` must be a JSON object, got {type(body).__name__}")
-        return body
-
-    async def rerank(request: Request, endpoint: str,
-                     parse: Callable[[dict[str, Any]], tuple[str, list[str], dict[str, Any]]],
-                     render: Callable[[RankedList, list[str], dict[str, Any]], Any]) -> Response:
-        t0 = time.perf_counter()
-        status = 500
-        try:
-            if not authorised(request):
-                status = 401
-                return error(401, "missing or wrong API key; send `Authorization: Bearer <key>`", "authorization",
-                             headers={"WWW-Authenticate": "Bearer"}, kind="Unauthorized")
-            try:
-                body = await read_body(request)
-                query, docs, opts = parse(body)
-            except RequestError as e:
-                status = e.status
-                return error(e.status, e.message, e.field)
-            passages = [Passage(id=str(i), text=d) for i, d in enumerate(docs)]
-            metrics.queue.set(batcher.depth)
-            try:
-                ranked = await batcher.submit(query, passages)
-            except QueueFullError as e:
-                status = 503
-                return error(503, f"the server is overloaded ({e}); retry after {settings.retry_after_s} s",
-                             headers={"Retry-After": str(settings.retry_after_s)}, kind="Overloaded")
-            except Exception as e:  # noqa: BLE001 - the model failed for this request only
-                status = 500
-                return error(500, f"the reranker failed on this request: {type(e).__name__}: {e}", kind="Backend")
-            metrics.documents.inc(len(docs))
-            status = 200
-            return JSONResponse(render(ranked, docs, opts))
-        finally:
-            metrics.queue.set(batcher.depth)
-            metrics.requests.labels(endpoint, str(status)).inc()
-            metrics.latency.labels(endpoint).observe(time.perf_counter() - t0)
-
-    # ---------------------------------------------------------------- Cohere
-    def parse_cohere(body: dict[str, Any]) -> tuple[str, list[str], dict[str, Any]]:
-        if "query" not in body:
-            raise RequestError(422, "query", "`query` is missing; send the search query as a string")
-        query = _check_text(body["query"], "query", settings)
-        docs = _check_documents(body, "documents", settings)
-        top_n = body.get("top_n")
-        if top_n is not None and (not isinstance(top_n, int) or isinstance(top_n, bool) or top_n < 1):
-            raise RequestError(422, "top_n", f"`top_n` must be an integer >= 1, got {top_n!r}")
-        return query, docs, {"top_n": top_n, "return_documents": _check_bool(body, "return_documents", False)}
-
-    def render_cohere(ranked: RankedList, docs: list[str], opts: dict[str, Any]) -> dict[str, Any]:
-        hits = list(ranked)[: opts["top_n"]] if opts["top_n"] else list(ranked)
-        results = []
-        for h in hits:
-            r: dict[str, Any] = {"index": int(h.passage.id), "relevance_score": _sigmoid(h.score)}
-            if opts["return_documents"]:
-                r["document"] = {"text": docs[int(h.passage.id)]}
-            results.append(r)
-        return {"id": str(uuid.uuid4()), "results": results,
-                "meta": {"api_version": {"version": "2"}, "billed_units": {"search_units": 1},
-                         "model": settings.model_name}}
-
-    async def cohere_rerank(request: Request) -> Response:
-        return await rerank(request, "cohere", parse_cohere, render_cohere)
-
-    # ---------------------------------------------------------------- TEI
-    def parse_tei(body: dict[str, Any]) -> tuple[str, list[str], dict[str, Any]]:
-        if "query" not in body:
-            raise RequestError(422, "query", "`query` is missing; send the search query as a string")
-        query = _check_text(body["query"], "query", settings)
-        docs = _check_documents(body, "texts", settings)
-        return query, docs, {"raw_scores": _check_bool(body, "raw_scores", False),
-                             "return_text": _check_bool(body, "return_text", False)}
-
-    def render_tei(ranked: RankedList, docs: list[str], opts: dict[str, Any]) -> list[dict[str, Any]]:
-        out = []
-        for h in ranked:
-            r: dict[str, Any] = {"index": int(h.passage.id),
-                                 "score": float(h.score) if opts["raw_scores"] else _sigmoid(h.score)}
-            if opts["return_text"]:
-                r["text"] = docs[int(h.passage.id)]
-            out.append(r)
-        return out
-
-    async def tei_rerank(request: Request) -> Response:
-        return await rerank(request, "tei", parse_tei, render_tei)
-
-    # ---------------------------------------------------------------- health, metrics
-    async def health(request: Request) -> Response:
-        ok = not batcher.crashed
-        body = {"status": "ok" if ok else "error", "model": settings.model_name, "queue_depth": batcher.depth,
-                "batches": batcher.batches, "requests": batcher.requests, "settings": settings.public()}
-        if isinstance(reranker, CrossEncoderReranker):
-            body["pairs"] = {"requested": reranker.pairs_requested, "scored": reranker.pairs_scored,
-                             "real_tokens": reranker.real_tokens, "padded_tokens": reranker.padded_tokens}
-        return JSONResponse(body, status_code=200 if ok else 503)
-
-    async def prometheus(request: Request) -> Response:
-        metrics.queue.set(batcher.depth)
-        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
-
-    @asynccontextmanager
-    async def lifespan(app: Any) -> AsyncIterator[None]:
-        await batcher.start()
-        logger.info("serving %s (%s)", settings.model_name, settings.public())
-        try:
-            yield
-        finally:
-            await batcher.stop()
-
-    routes: Sequence[Route] = [
-        Route("/v1/rerank", cohere_rerank, methods=["POST"]),
-        Route("/v2/rerank", cohere_rerank, methods=["POST"]),
-        Route("/rerank", tei_rerank, methods=["POST"]),
-        Route("/health", health, methods=["GET"]),
-        Route("/metrics", prometheus, methods=["GET"]),
-    ]
-    app = Starlette(routes=list(routes), lifespan=lifespan)
-    app.state.batcher = batcher
-    app.state.settings = settings
+    service = RerankService(reranker, settings)
+    app = Starlette(routes=service.routes(), lifespan=service.lifespan)
+    app.state.service = service
+    app.state.batcher = service.batcher
+    app.state.settings = service.settings
     app.state.reranker = reranker
     return app

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import queue
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,7 +28,50 @@ class _Item:
     query: Any
     passages: Any
     future: asyncio.Future[Any]
+    key: Any = None
     enqueued: float = field(default_factory=time.monotonic)
+
+
+class _Worker:
+    """One daemon thread that runs the batch function, so that a call stuck in a backend (a sleeping
+    HTTP retry, a hung socket) never keeps the process from exiting: ``concurrent.futures`` threads
+    are joined at interpreter exit, a daemon thread is not."""
+
+    def __init__(self, name: str) -> None:
+        self._jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            fn, args, loop, fut = job
+            try:
+                res = fn(*args)
+            except BaseException as e:  # noqa: BLE001 - handed to the awaiting coroutine
+                loop.call_soon_threadsafe(_settle, fut, None, e)
+            else:
+                loop.call_soon_threadsafe(_settle, fut, res, None)
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[Any] = loop.create_future()
+        self._jobs.put((fn, args, loop, fut))
+        return fut
+
+    def shutdown(self) -> None:
+        self._jobs.put(None)
+
+
+def _settle(fut: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
+    if fut.done():
+        return
+    if error is not None:
+        fut.set_exception(error)
+    else:
+        fut.set_result(result)
 
 
 class MicroBatcher:
@@ -38,8 +82,16 @@ class MicroBatcher:
     and form the next batch. The model function runs in ONE worker thread, so the event loop
     keeps accepting requests and the model is never called concurrently. At most ``max_queue``
     requests wait; :meth:`submit` raises :class:`QueueFullError` beyond that (no unbounded
-    backlog). If a batch raises, its requests are retried one by one so that only the request
-    that fails gets the error.
+    backlog).
+
+    If a batch raises, it is split in halves and each half run again, down to single requests,
+    so that only the requests that fail get the error (group testing: a batch of ``n`` holding
+    ``b`` failing requests costs at most ``1 + 2 b ceil(log2 n)`` calls, the good requests of a
+    half that succeeds are answered at once, and requests whose client went away are not rerun).
+    A request that fails alone while a batch-mate succeeded failed because of its own input; when
+    it has a ``key``, the same request is refused at once for ``quarantine_s`` seconds instead of
+    entering (and failing) another batch. A failure of every request of a batch (a backend
+    outage) quarantines nothing.
 
     Parameters
     ----------
@@ -50,6 +102,8 @@ class MicroBatcher:
         See :class:`ragkit.serve.ServeSettings`.
     on_batch
         Called on the event loop after every batch with ``(batch_size, seconds)``.
+    quarantine_s
+        How long a request that failed on its own input is refused without running (0: never).
     """
 
     def __init__(
@@ -59,6 +113,7 @@ class MicroBatcher:
         max_wait_ms: float = 5.0,
         max_queue: int = 256,
         on_batch: Callable[[int, float], None] | None = None,
+        quarantine_s: float = 60.0,
     ) -> None:
         if max_batch_size < 1 or max_queue < 1 or max_wait_ms < 0:
             raise ValueError("max_batch_size and max_queue must be >= 1 and max_wait_ms >= 0")
@@ -70,9 +125,14 @@ class MicroBatcher:
         self._pending: deque[_Item] = deque()
         self._wakeup: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
-        self._executor: ThreadPoolExecutor | None = None
+        self._worker: _Worker | None = None
         self.batches = 0
         self.requests = 0
+        self.busy_since: float | None = None  # time.monotonic() when the running call started
+        self.failed_batches = 0  # consecutive batches in which every request failed
+        self.last_error: str | None = None
+        self.quarantine_s = float(quarantine_s)
+        self._quarantine: dict[Any, tuple[float, BaseException]] = {}
 
     # ------------------------------------------------------------------ lifecycle
     @property
@@ -96,8 +156,8 @@ class MicroBatcher:
         if self.alive:
             return
         self._wakeup = asyncio.Event()
-        if self._executor is None:
-            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ragkit-rerank")
+        if self._worker is None:
+            self._worker = _Worker("ragkit-rerank")
         self._task = asyncio.get_running_loop().create_task(self._loop(), name="ragkit-microbatcher")
 
     async def stop(self) -> None:
@@ -113,25 +173,35 @@ class MicroBatcher:
             it = self._pending.popleft()
             if not it.future.done():
                 it.future.set_exception(RuntimeError("the server is shutting down"))
-        if self._executor is not None:
-            self._executor.shutdown(wait=False, cancel_futures=True)
-            self._executor = None
+        if self._worker is not None:
+            self._worker.shutdown()  # returns at once; a call still running ends with the process
+            self._worker = None
 
     # ------------------------------------------------------------------ submitting
-    async def submit(self, query: Any, passages: Any) -> Any:
+    async def submit(self, query: Any, passages: Any, key: Any = None) -> Any:
         """Queue one request and wait for its result.
+
+        ``key`` (hashable) identifies the request's content for the quarantine of requests that
+        failed on their own input (``None``: never quarantined).
 
         Raises
         ------
         QueueFullError
             When ``max_queue`` requests already wait.
+        Exception
+            What the batch function raised for this request (at once when it is quarantined).
         """
         if not self.alive:
             await self.start()
+        if key is not None and key in self._quarantine:
+            until, error = self._quarantine[key]
+            if time.monotonic() < until:
+                raise error
+            del self._quarantine[key]
         if len(self._pending) >= self.max_queue:
             raise QueueFullError(f"{len(self._pending)} requests are waiting (max_queue={self.max_queue})")
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._pending.append(_Item(query, passages, fut))
+        self._pending.append(_Item(query, passages, fut, key))
         assert self._wakeup is not None
         self._wakeup.set()
         return await fut
@@ -159,37 +229,74 @@ class MicroBatcher:
             if batch:
                 await self._run(batch)
 
+    @property
+    def busy_seconds(self) -> float:
+        """How long the running batch function call has run (0 when idle)."""
+        return 0.0 if self.busy_since is None else time.monotonic() - self.busy_since
+
     async def _call(self, batch: list[_Item]) -> Sequence[Any]:
-        loop = asyncio.get_running_loop()
+        assert self._worker is not None
         queries = [it.query for it in batch]
         passages = [it.passages for it in batch]
-        out = await loop.run_in_executor(self._executor, self.fn, queries, passages)
+        self.busy_since = time.monotonic()
+        try:
+            out = await self._worker.submit(self.fn, queries, passages)
+        finally:
+            self.busy_since = None
         if len(out) != len(batch):
             raise RuntimeError(f"the batch function returned {len(out)} results for {len(batch)} requests")
         return out
 
+    async def _isolate(self, batch: list[_Item], error: Exception, alone: list[tuple[_Item, Exception]]) -> int:
+        """Finish a failed batch: split it in halves and rerun them, down to the failing requests.
+
+        Requests that failed alone are appended to ``alone``; returns the number that succeeded.
+        """
+        if len(batch) == 1:
+            alone.append((batch[0], error))
+            return 0
+        mid = len(batch) // 2
+        ok = 0
+        for half in (batch[:mid], batch[mid:]):
+            half = [it for it in half if not it.future.done()]  # clients that went away are not rerun
+            if not half:
+                continue
+            try:
+                results = await self._call(half)
+            except Exception as e:  # noqa: BLE001 - narrowed down further
+                ok += await self._isolate(half, e, alone)
+            else:
+                for it, res in zip(half, results):
+                    self._finish(it, result=res)
+                ok += len(half)
+        return ok
+
     async def _run(self, batch: list[_Item]) -> None:
         t0 = time.perf_counter()
+        failed = 0
         try:
             results = await self._call(batch)
         except Exception as e:  # noqa: BLE001 - one bad request must not fail its batch-mates
-            if len(batch) == 1:
-                logger.exception("reranker call failed")
-                self._finish(batch[0], error=e)
-            else:
-                logger.warning("a batch of %d failed (%s: %s); retrying its requests one by one",
+            if len(batch) > 1:
+                logger.warning("a batch of %d failed (%s: %s); splitting it to find the failing requests",
                                len(batch), type(e).__name__, e)
-                for it in batch:
-                    try:
-                        (res,) = await self._call([it])
-                    except Exception as e1:  # noqa: BLE001
-                        logger.exception("reranker call failed")
-                        self._finish(it, error=e1)
-                    else:
-                        self._finish(it, result=res)
+            alone: list[tuple[_Item, Exception]] = []
+            ok = await self._isolate(batch, e, alone)
+            failed = len(alone)
+            now = time.monotonic()
+            for it, err in alone:
+                logger.error("reranker call failed: %s: %s", type(err).__name__, err)
+                if ok and it.key is not None and self.quarantine_s > 0:  # its own input, not the backend
+                    self._quarantine[it.key] = (now + self.quarantine_s, err)
+                self._finish(it, error=err)
+            if len(self._quarantine) > 4096:  # bounded: expired entries go, then the oldest
+                live = [(k, v) for k, v in self._quarantine.items() if v[0] > now]
+                self._quarantine = dict(live[-2048:])
+            self.last_error = f"{type(e).__name__}: {e}"[:500]
         else:
             for it, res in zip(batch, results):
                 self._finish(it, result=res)
+        self.failed_batches = self.failed_batches + 1 if failed == len(batch) else 0
         self.batches += 1
         self.requests += len(batch)
         if self.on_batch is not None:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 from typing import Any
+
+from ragkit.io import redact_url
 
 __all__ = ["ServeSettings"]
 
@@ -25,9 +28,25 @@ class ServeSettings:
         Most documents in one request (more: 413).
     max_chars
         Most characters in the query and in each document (more: 413; nothing is truncated).
+    max_request_chars
+        The per-request work budget: most characters of (query, document) pairs in one request,
+        the query counted once per document (``len(query) * n_docs + sum(len(doc))``; more: 413).
+        A reranker's time and memory grow with the pairs it reads, so ``max_documents`` documents
+        of ``max_chars`` characters each are refused rather than run for minutes.
+    request_timeout_s
+        The deadline of a request, queueing included: one not answered by then gets 504 (its work
+        is dropped when it has not started), and ``/health`` reports a backend call running longer
+        as stuck.
+    max_pending_bytes
+        Most request-body bytes held by the server at once, over all requests being read or
+        ranked (``None``: twice :attr:`max_body_bytes`); a body that would pass it gets 503 +
+        ``Retry-After``, so that concurrent large bodies cannot exhaust memory.
+    shutdown_grace_s
+        On SIGTERM / Ctrl-C, how long requests in flight may finish before they are cancelled.
     api_key
-        When set, every rerank request must send ``Authorization: Bearer <api_key>`` (else 401).
-        ``/health`` and ``/metrics`` stay open.
+        When set, every rerank request must send ``Authorization: Bearer <api_key>`` (else 401);
+        surrounding whitespace is stripped (as it is from the client's token) and the key is
+        compared as UTF-8 bytes. ``/health`` (status only) and ``/metrics`` stay open.
     retry_after_s
         The ``Retry-After`` value (seconds) sent with a 503.
     model_name
@@ -47,6 +66,10 @@ class ServeSettings:
     max_queue: int = 256
     max_documents: int = 1000
     max_chars: int = 20_000
+    max_request_chars: int = 1_000_000
+    request_timeout_s: float = 60.0
+    max_pending_bytes: int | None = None
+    shutdown_grace_s: float = 5.0
     api_key: str | None = None
     retry_after_s: int = 1
     model_name: str = "ragkit-reranker"
@@ -55,7 +78,7 @@ class ServeSettings:
 
     def __post_init__(self) -> None:
         for name in ("max_batch_size", "max_queue", "max_documents", "max_chars", "retry_after_s",
-                     "max_batch_tokens"):
+                     "max_batch_tokens", "max_request_chars"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise ValueError(f"ServeSettings.{name} must be an integer >= 1, got {v!r}")
@@ -63,15 +86,33 @@ class ServeSettings:
                 or self.forward_cost_tokens < 0:
             raise ValueError(f"ServeSettings.forward_cost_tokens must be an integer >= 0, got "
                              f"{self.forward_cost_tokens!r}")
-        if not isinstance(self.max_wait_ms, (int, float)) or self.max_wait_ms < 0:
-            raise ValueError(f"ServeSettings.max_wait_ms must be >= 0, got {self.max_wait_ms!r}")
-        if self.api_key is not None and not self.api_key.strip():
-            raise ValueError("ServeSettings.api_key is empty; pass a non-empty key or None for no auth")
+        if self.max_pending_bytes is not None and (not isinstance(self.max_pending_bytes, int)
+                                                   or isinstance(self.max_pending_bytes, bool)
+                                                   or self.max_pending_bytes < 1):
+            raise ValueError(f"ServeSettings.max_pending_bytes must be an integer >= 1 or None, got "
+                             f"{self.max_pending_bytes!r}")
+        # a wait of inf or nan would never end (and nan compares false with everything): finite numbers only
+        for name, low, high in (("max_wait_ms", 0.0, 60_000.0), ("request_timeout_s", 1e-3, 86_400.0),
+                                ("shutdown_grace_s", 0.0, 3_600.0)):
+            v = getattr(self, name)
+            if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or not low <= v <= high:
+                raise ValueError(f"ServeSettings.{name} must be a finite number from {low:g} to {high:g}, got {v!r}")
+        if self.api_key is not None:
+            if not isinstance(self.api_key, str) or not self.api_key.strip():
+                raise ValueError("ServeSettings.api_key is empty; pass a non-empty key, or None to serve without "
+                                 "authentication")
+            object.__setattr__(self, "api_key", self.api_key.strip())
+        object.__setattr__(self, "model_name", redact_url(str(self.model_name)))
 
     @property
     def max_body_bytes(self) -> int:
         """Largest request body accepted (413 above): every document at ``max_chars`` UTF-8 worst case."""
         return 4 * self.max_chars * (self.max_documents + 1) + 65_536
+
+    @property
+    def pending_bytes_limit(self) -> int:
+        """:attr:`max_pending_bytes`, or twice :attr:`max_body_bytes` when it is ``None``."""
+        return self.max_pending_bytes if self.max_pending_bytes is not None else 2 * self.max_body_bytes
 
     def public(self) -> dict[str, Any]:
         """The settings without the API key (for ``/health`` and logs)."""

@@ -399,7 +399,7 @@ def generate_labels(
     out_path
         Label file (JSONL). Created if missing.
     batch_queries
-        Questions per ``MoI.run_many`` call; labels are appended after each call.
+        Questions per ``MoI.run_batch`` call; labels are appended after each call.
     resume
         Skip question ids already in ``out_path`` (a partial last line from a killed run is
         dropped). With ``resume=False`` an existing file is replaced.
@@ -451,7 +451,7 @@ def generate_labels(
     t0 = time.perf_counter()
     batches = [todo[i : i + batch_queries] for i in range(0, len(todo), batch_queries)]
     for batch in progress(batches, show=show_progress, desc="MoI labels", unit="batch"):
-        results = moi.run_many(
+        results = moi.run_batch(
             [r.question for r in batch],
             [list(r.passages) for r in batch],
             None,

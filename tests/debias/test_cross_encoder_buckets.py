@@ -85,7 +85,9 @@ def test_merged_rank_many_equals_per_query_rank(model: Any) -> None:
     assert len(distinct) == requested - 7 - 1 - 1
     n_first = next(i for i in range(1, len(rr.calls) + 1) if sum(map(len, rr.calls[:i])) == len(distinct))
     first = [p for c in rr.calls[:n_first] for p in c]
-    assert sorted(first) == sorted(distinct)  # each distinct pair exactly once
+    # each distinct pair exactly once, the long document cut on text to the encoder's budget
+    assert sorted(first) == sorted(rr.cut(sorted(distinct)).units)
+    assert set(first) - distinct == {(QUERIES[0], rr.cut([(QUERIES[0], DOCS[6])]).units[0][1])}  # DOCS[6] only
     lengths = dict(zip(first, rr.pair_lengths(first)))
     for c in rr.calls[:n_first]:  # every encoder batch within the caps
         longest = max(lengths[p] for p in c)

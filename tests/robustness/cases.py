@@ -917,6 +917,21 @@ def cases() -> list[Case]:
     add(C("serve", "--reranker typo", ["serve", "--reranker", "moii", "--port", "0"], "error", r"moii"))
     add(C("serve", "--reranker student folder missing", ["serve", "--reranker", "student:./nope"], "error",
           r"nope"))
+    # a wait of inf or nan made every /health answer 500; an empty key served without authentication
+    for v in ("inf", "nan", "1e9"):
+        add(C("serve", f"--max-wait-ms {v}", ["serve", "--max-wait-ms", v], "usage", r"max-wait-ms.*(finite|at most)",
+              fast=True))
+    add(C("serve", "--request-timeout 0", ["serve", "--request-timeout", "0"], "usage", r"request-timeout",
+          fast=True))
+    add(C("serve", "--max-request-chars 0", ["serve", "--max-request-chars", "0"], "usage", r"max-request-chars",
+          fast=True))
+    add(C("serve", "--api-key '' (empty: would serve without authentication)", ["serve", "--api-key", ""], "error",
+          r"--api-key is empty.*--no-auth", fast=True))
+    add(C("serve", "--api-key of spaces", ["serve", "--api-key", "   "], "error", r"--api-key is empty", fast=True))
+    add(C("serve", "RAGKIT_API_KEY set but empty", ["serve"], "error", r"RAGKIT_API_KEY is empty.*--no-auth",
+          env={"RAGKIT_API_KEY": ""}, fast=True))
+    add(C("serve", "--no-auth with --api-key", ["serve", "--no-auth", "--api-key", "k"], "error", r"contradict",
+          fast=True))
 
     # -- locks (another live process holds the output)
     for argv, target in ((["eval", "--out", "r.json", "--limit", "1"], "r.json"),

@@ -36,7 +36,7 @@ def test_server_scores_a_repeated_pair_once(tiny_reranker: Any, live_server: Any
         assert [x["score"] for x in r.json()] == pytest.approx(expected.scores(), abs=1e-5)
     assert rr.pairs_requested == 8 * len(DOCS)
     assert rr.pairs_scored < rr.pairs_requested  # merged requests shared their pairs
-    pairs = httpx.get(srv.url + "/health").json()["pairs"]
+    pairs = httpx.get(srv.url + "/health?detail=1").json()["pairs"]
     assert pairs == {"requested": rr.pairs_requested, "scored": rr.pairs_scored, "real_tokens": rr.real_tokens,
                      "padded_tokens": rr.padded_tokens}
 

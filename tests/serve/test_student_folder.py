@@ -78,7 +78,9 @@ def test_ragkit_serve_command_serves_the_folder(tiny_reranker: Any, student_dir:
                 pass
             assert time.monotonic() < deadline, "ragkit serve did not start"
             time.sleep(0.5)
-        health = httpx.get(url + "/health").json()
+        assert "settings" not in httpx.get(url + "/health").json()  # the open view shows no setting
+        assert httpx.get(url + "/health?detail=1").status_code == 401
+        health = httpx.get(url + "/health?detail=1", headers={"Authorization": "Bearer k3y"}).json()
         assert health["settings"]["max_documents"] == 5 and health["settings"]["api_key"] == "set"
         body = {"query": QUERY, "texts": DOCS, "raw_scores": True}
         assert httpx.post(url + "/rerank", json=body).status_code == 401  # RAGKIT_API_KEY is honoured

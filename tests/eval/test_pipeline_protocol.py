@@ -1,0 +1,145 @@
+"""The retrieve-N, rerank, prompt-K protocol of ``ragkit eval``: pooled corpus, ledger, resume, CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ragkit.datasets import load_hotpotqa
+from ragkit.eval.runner import EvalConfig, candidates_for, pipeline_corpus, run_eval, select_questions, split_method
+
+
+@pytest.fixture(scope="module")
+def hotpot_file(tmp_path_factory: pytest.TempPathFactory, shared_data: Path) -> Path:
+    """The first 6 HotpotQA dev records as a file (60 paragraphs, 2 gold each)."""
+    out = tmp_path_factory.mktemp("hp") / "h6.jsonl"
+    with open(shared_data / "hotpotqa" / "dev.jsonl", encoding="utf-8") as f:
+        out.write_text("".join(line for _, line in zip(range(6), f)), encoding="utf-8")
+    return out
+
+
+@pytest.fixture(scope="module")
+def tiny_gen(tiny_lm_dir: Path):
+    from ragkit.generation import Generator
+
+    return Generator(model=str(tiny_lm_dir), device="cpu", passage_max_tokens=12, show_progress=False)
+
+
+def _cfg(hotpot_file: Path, **kw) -> EvalConfig:
+    base = dict(dataset="hotpotqa", data_file=str(hotpot_file), retriever="bm25", candidates=8, k=3,
+                max_new_tokens=2, n_bootstrap=20, chunk_size=1)
+    base.update(kw)
+    return EvalConfig(**base)
+
+
+def test_corpus_pools_every_record_whatever_limit_says(hotpot_file: Path, tmp_path: Path) -> None:
+    extra = tmp_path / "extra.jsonl"
+    first = load_hotpotqa(hotpot_file)[0]
+    # a passage that repeats the first question word for word: BM25 must rank it first for that question
+    extra.write_text(json.dumps({"id": "extra-1", "title": "Extra", "text": first.question}) + "\n", encoding="utf-8")
+    cfg = _cfg(hotpot_file, limit=2, corpus=(str(extra),))
+    pool = load_hotpotqa(hotpot_file)
+    qs = select_questions(cfg, pool)
+    assert [r.id for r in qs] == [r.id for r in pool[:2]]
+    corpus = pipeline_corpus(cfg, pool)
+    assert len(corpus) == len({p.id for r in pool for p in r.passages}) + 1
+    cands = candidates_for(cfg, qs, pool=pool)
+    assert all(len(c) == 8 for c in cands)
+    assert cands[0].ids()[0] == "extra-1"
+    # 25 candidates: more than the 2 evaluated records' 20 paragraphs and the extra passage together
+    deep = candidates_for(_cfg(hotpot_file, limit=2, candidates=25, corpus=(str(extra),)), qs, pool=pool)
+    later = {p.id for r in pool[2:] for p in r.passages} - {p.id for r in pool[:2] for p in r.passages}
+    assert all(len(c) == 25 and set(c.ids()) & later for c in deep)  # distractors of questions beyond the limit
+    assert select_questions(EvalConfig(offset=4, limit=5), pool) == pool[4:6]
+
+
+def test_protocol_rows_and_ledger(hotpot_file: Path, tiny_gen, tmp_path: Path) -> None:
+    out = tmp_path / "r.json"
+    rep = run_eval(_cfg(hotpot_file, limit=2, methods=("none", "upr", "icr", "moi", "moi@prune")), out=out,
+                   generator=tiny_gen, show_progress=False)
+    data = json.loads(out.read_text())
+    assert data["protocol"]["candidates"] == 8 and data["protocol"]["k"] == 3
+    assert data["protocol"]["corpus_passages"] == 60  # all 6 records, not the 2 evaluated
+    rows = {(r["method"], r["qid"]): r for r in data["outputs"]}
+    for (m, _), r in rows.items():
+        assert len(r["candidates"]) == 8 and sorted(r["ranking"]) == sorted(r["candidates"])
+        assert r["prompt"] == [r["candidates"][i] for i in r["order"]]
+        assert 1 <= len(r["prompt"]) <= 3 if m == "moi@prune" else len(r["prompt"]) == 3
+        assert r["gold_ids"] and isinstance(r["fallback"], bool)
+        assert set(r["cost"]) == {"generator_calls", "forwards", "tokens_prefilled", "tokens_generated", "seconds"}
+        assert r["cost"]["tokens_prefilled"] > 0 and r["cost"]["forwards"] >= 1
+        assert {"ndcg@10", "mrr@10", "recall@3", "em", "f1"} <= set(r["metrics"])
+        gold = set(r["gold_ids"])
+        assert r["metrics"]["recall@3"] == len(gold & set(r["prompt"])) / len(gold)
+    qid = data["outputs"][0]["qid"]
+    calls = {m: rows[(m, qid)]["cost"]["generator_calls"] for m in ("none", "upr", "icr", "moi")}
+    assert calls == {"none": 1, "upr": 9, "icr": 3, "moi": 10}  # N + 1, 2 + 1, (N + 1) + 1 with N = 8
+    tok = {m: rows[(m, qid)]["cost"]["tokens_prefilled"] for m in ("none", "upr", "icr", "moi")}
+    assert tok["none"] < tok["icr"] < tok["upr"] < tok["moi"]
+    # the 'none' prompt is prefilled once: exactly its tokens
+    from ragkit.generation.fitting import encode_prompts
+
+    r = rows[("none", qid)]
+    cands = {p.id: p for rec in load_hotpotqa(hotpot_file) for p in rec.passages}
+    prompt = tiny_gen.build_prompt(r["question"], [cands[i] for i in r["prompt"]])
+    assert tok["none"] == len(encode_prompts(tiny_gen.tokenizer, [prompt])[0])
+    pr = rows[("moi@prune", qid)]
+    assert 0.0 <= pr["harmful_share"] <= 1.0 and isinstance(pr["abstain"], bool)
+    assert rep["aggregate"]["moi@prune"]["prompt_passages_per_question"] <= 3
+    assert rep["aggregate"]["moi"]["cost_per_question"]["tokens_prefilled"] == pytest.approx(
+        sum(rows[("moi", q)]["cost"]["tokens_prefilled"] for q in {k[1] for k in rows}) / 2)
+    assert "recall@3" in rep["paired"]["upr - none"]
+
+
+def test_interrupted_run_resumes_to_the_same_rows(hotpot_file: Path, tiny_gen, tmp_path: Path) -> None:
+    cfg = _cfg(hotpot_file, limit=3, methods=("none", "upr"))
+    full = run_eval(cfg, out=tmp_path / "a.json", generator=tiny_gen, show_progress=False)
+
+    def stop(n: int) -> None:
+        if n >= 2:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_eval(cfg, out=tmp_path / "b.json", generator=tiny_gen, show_progress=False, on_chunk=stop)
+    assert (tmp_path / "b.json.partial.jsonl").exists()
+    resumed = run_eval(cfg, out=tmp_path / "b.json", generator=tiny_gen, show_progress=False)
+    assert resumed["timing"]["resumed_items"] == 2
+
+    def strip(rows):
+        return [{k: v for k, v in r.items() if k not in ("seconds", "cost")} for r in rows]
+
+    assert strip(resumed["outputs"]) == strip(full["outputs"])
+
+
+def test_protocol_settings_are_checked_before_any_model_loads(hotpot_file: Path) -> None:
+    with pytest.raises(ValueError, match="smaller than -k"):
+        _cfg(hotpot_file, candidates=2, k=3)
+    with pytest.raises(ValueError, match="prune keeps passages by their leave-one-out"):
+        split_method("upr@prune")
+    with pytest.raises(ValueError, match="unknown placement"):
+        split_method("moi@sideways")
+    with pytest.raises(FileNotFoundError, match="--corpus"):
+        _cfg(hotpot_file, corpus=("/no/such/corpus.jsonl",))
+    assert split_method("moi@prune") == ("moi", "prune") and split_method("icr") == ("icr", None)
+    # the defaults keep an earlier run's fingerprint; the pipeline settings change it
+    assert EvalConfig(k=4).fingerprint() == EvalConfig(k=4, offset=3).fingerprint()
+    assert EvalConfig(k=4).fingerprint() != EvalConfig(k=4, candidates=8).fingerprint()
+
+
+@pytest.mark.slow
+def test_cli_pipeline_command(hotpot_file: Path, tiny_lm_dir: Path, tmp_path: Path, capsys) -> None:
+    from ragkit.cli import main
+
+    out = tmp_path / "cli.json"
+    argv = ["eval", "--model", str(tiny_lm_dir), "--data-file", str(hotpot_file), "--retriever", "bm25",
+            "--candidates", "20", "-k", "3", "--methods", "none,upr,icr,moi", "--limit", "1",
+            "--passage-max-tokens", "8", "--max-new-tokens", "2", "--bootstrap", "10", "--device", "cpu",
+            "--out", str(out)]
+    assert main(argv) == 0
+    data = json.loads(out.read_text())
+    assert data["protocol"] == {"candidates": 20, "k": 3, "retriever": "bm25", "corpus_passages": 60, "offset": 0}
+    assert [len(r["prompt"]) for r in data["outputs"]] == [3, 3, 3, 3]
+    assert "tokens prefilled/q" in capsys.readouterr().out
+    assert main(argv) == 0  # a finished run again: everything recomputed from nothing left over
