@@ -161,7 +161,7 @@ def moi(ctx: Ctx, shape: str, ks: list[int], passage_tokens: int, n_queries: int
         sweep: list[int], repeats: int) -> dict[str, Any]:
     """MoI leave-one-out (the default ``loo`` design, ``question`` outcome) against a bare batched forward and a loop.
 
-    * ``ragkit``: ``MoI(design="loo", outcome="question").run_many(..., generate_answer=False)``: the
+    * ``ragkit``: ``MoI(design="loo", outcome="question").run_batch(..., generate_answer=False)``: the
       k + 1 prompts per query scored in one batched call (shared KV prefix, AttriBoT-style
       leave-one-out prefix reuse, log-probs at the scored positions only);
     * ``bare``: the same k + 1 prompts (the question scored after each intervention's passages,
@@ -256,7 +256,7 @@ def moi(ctx: Ctx, shape: str, ks: list[int], passage_tokens: int, n_queries: int
                                "tokens_effective": eff, "mean_prompt_tokens": eff / len(p_ids)}
         _reset_peak(ctx)
         gen.reset_counters()
-        times, res = _timed(ctx, partial(mo.run_many, qs, pss, generate_answer=False), repeats)
+        times, res = _timed(ctx, partial(mo.run_batch, qs, pss, generate_answer=False), repeats)
         calls = 1 + len(times)
         row["ragkit"] = {"s": _median(times), "all_s": times, "tokens_per_s": eff / _median(times),
                          "tokens_prefilled": gen.reset_counters()["prefill_tokens"] // calls,
@@ -309,7 +309,7 @@ def moi(ctx: Ctx, shape: str, ks: list[int], passage_tokens: int, n_queries: int
             mo = MoI(g, design="loo", outcome="question", profile=PositionProfile.flat(k))
             try:
                 _reset_peak(ctx)
-                t_lib, _ = _timed(ctx, partial(mo.run_many, qs, pss, generate_answer=False), 1)
+                t_lib, _ = _timed(ctx, partial(mo.run_batch, qs, pss, generate_answer=False), 1)
                 lib_peak = _peak_gib(ctx)
                 batches = bare_batches(p_ids, a_ids, bs)
                 _reset_peak(ctx)

@@ -160,3 +160,17 @@ def test_the_watchdog_writes_the_summary_when_a_measurement_overruns(kit: Module
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["note"] == "stopped by the watchdog during serve"
     assert summary["measurements"][-1]["status"] == "killed" and "time limit" in summary["measurements"][-1]["reason"]
+
+
+@pytest.mark.slow
+def test_figures_renders_one_row_per_figure_from_the_run(load_bench, smoke: tuple[Path, str]) -> None:
+    out, _ = smoke
+    text = load_bench("gpu/figures").markdown(out, "smoke")
+    lines = text.splitlines()
+    assert lines[0] == "| measurement | figure | target | device | target met |"
+    body = lines[2:]
+    assert [ln.split(" | ")[0] for ln in body] == [
+        "| moi-llama-3-8b, k = 4", "| moi-llama-3-8b, batch sweep (k = 4)", "| generate-llama-3-8b, batch 2",
+        "| cord-llama-3-8b", "| dense-minilm-l6", "| serve-minilm-l6", "| moi-qwen2.5-7b, k = 3"]
+    assert "ragkit / bare" in body[0] and ">= 0.9; >= 5x" in body[0] and "cord / ce" in body[3]
+    assert "torch matrix (no FAISS GPU)" in body[4] and "failed 0" in body[5]
