@@ -243,11 +243,11 @@ def check_scoring(gen: Any) -> dict[str, Any]:
     import numpy as np
 
     from ragkit.debias.designs import cyclic
-    from ragkit.generation.scoring import cache_ok
+    from ragkit.generation.handle import cache_ok
     from ragkit.types import Passage
 
     model, tok = gen.model, gen.tokenizer
-    out: dict[str, Any] = {"template": gen.template.name, "prefix_reuse": bool(cache_ok(gen))}
+    out: dict[str, Any] = {"template": gen.template.name, "prefix_reuse": bool(cache_ok(gen.handle))}
     # score: several prompts of different lengths in one padded batch, two answers each
     prompts, answers = [], []
     for q, ps, a in QUESTIONS:

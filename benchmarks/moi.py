@@ -66,7 +66,8 @@ def main(argv: list[str] | None = None) -> int:
     from transformers import DynamicCache
 
     from ragkit.datasets import load_hotpotqa
-    from ragkit.generation.scoring import common_prefix_len, ordering_prompts
+    from ragkit.generation.layout import ordering_prompts
+    from ragkit.generation.scoring import common_prefix_len
 
     logging.basicConfig(level=logging.WARNING)
     torch.set_num_threads(args.threads)
@@ -132,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
             pre_mask = torch.ones_like(pre_ids)
             suf = [p[L:] + x for p, x in zip(p_ids, a_ids)]
             w = max(len(s) for s in suf)
-            s_ids = torch.full((len(suf), w), gen._pad_id)
+            s_ids = torch.full((len(suf), w), gen.handle.pad_id)
             s_mask = torch.zeros((len(suf), w), dtype=torch.long)
             for r, s in enumerate(suf):
                 s_ids[r, : len(s)] = torch.tensor(s)

@@ -4,10 +4,9 @@ For each HotpotQA dev question (k passages, bodies cut to ``--passage-max-tokens
 MoI (``consensus`` outcome, bias-aware placement, final answer) runs with the cyclic design
 (M = k) and the prior design (M = 3), twice:
 
-* ``before`` (``MoI(reuse_cache=False)``): each ordering's prompt is generated from (one batched
-  ``generate``), prefilled again to score the consensus answer (``score_orderings``, shared prefix
-  once), and the final answer is generated from a new prompt;
-* ``after`` (``MoI(reuse_cache=True)``): each ordering's prompt is prefilled once
+* ``before`` (the generic ``run_orderings_by_parts``): each ordering's prompt is generated from (one
+  batched ``generate``), then prefilled again to score the consensus answer (``score``);
+* ``after`` (the local ``Generator.run_orderings``): each ordering's prompt is prefilled once
   (``Generator.run_orderings``: shared prefix once, the answer decoded from that cache, the
   consensus answer scored as a continuation of it), and the final answer is reused when the chosen
   order is one of the orderings run.
@@ -40,10 +39,27 @@ from ragkit.datasets import data_path
 from ragkit.eval.harness import cpu_name, gpu_epilog, rel, write_result
 
 
+class _ByParts:
+    """A generator with the generic ``run_orderings`` (generate, then score): the path before one
+    prefill per ordering."""
+
+    def __init__(self, gen: Any) -> None:
+        self._gen = gen
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._gen, name)
+
+    def run_orderings(self, *args: Any, **kwargs: Any) -> Any:
+        from ragkit.generation.layout import run_orderings_by_parts
+
+        return run_orderings_by_parts(self, *args, **kwargs)
+
+
 def floor_tokens(gen: Any, question: str, passages: list, orderings: list[list[int]], order: list[int]) -> int:
     """Shared prefix + each ordering's distinct tokens + the final prompt."""
     from ragkit.generation.fitting import encode_prompts
-    from ragkit.generation.scoring import common_prefix_len, ordering_prompts
+    from ragkit.generation.layout import ordering_prompts
+    from ragkit.generation.scoring import common_prefix_len
 
     prompts = ordering_prompts(gen, [question], [passages], [orderings])[0]
     ids = encode_prompts(gen.tokenizer, prompts)
@@ -96,7 +112,8 @@ def main(argv: list[str] | None = None) -> int:
     designs = {d: all_designs[d] for d in args.designs.split(",") if d}
 
     def run(path: str, kw: dict[str, Any], rec: Any) -> tuple[Any, float, dict[str, int]]:
-        moi = MoI(gen, profile=profile, max_new_tokens=args.max_new_tokens, reuse_cache=(path == "after"), **kw)
+        moi = MoI(gen if path == "after" else _ByParts(gen), profile=profile, max_new_tokens=args.max_new_tokens,
+                  **kw)
         gen.reset_counters()
         if gen.device.startswith("cuda"):
             torch.cuda.synchronize()

@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from ragkit.datasets import load_hotpotqa
     from ragkit.debias.designs import ablate, loo
-    from ragkit.generation.scoring import ordering_prompts
+    from ragkit.generation.layout import ordering_prompts
 
     logging.basicConfig(level=logging.ERROR)
     gen = bench_generator(args.model, device=args.device, passage_max_tokens=args.passage_max_tokens,

@@ -268,11 +268,6 @@ class MoI:
         the modified z-score the best passage must reach.
     stable_top
         ``budget="auto"``: the number ``m`` of top passages that must be unchanged for a round.
-    reuse_cache
-        One prefill per ordering (:mod:`ragkit.debias.outcomes`): generate each ordering's answer
-        and score candidates from the same cache, and reuse an ordering's answer as the final
-        answer when the chosen order is one of the orderings run. ``False``: the former path
-        (generate, prefill again to score, a new prompt for the final answer); same outputs.
     """
 
     def __init__(
@@ -298,7 +293,6 @@ class MoI:
         fallback_z: float = 3.5,
         stable_top: int = 2,
         calibrate_profile: bool = False,
-        reuse_cache: bool = True,
     ) -> None:
         if design not in DESIGNS:
             raise ValueError(f"unknown design {design!r}; choose one of {DESIGNS}")
@@ -351,20 +345,21 @@ class MoI:
         self.fallback_z = float(fallback_z)
         self.stable_top = int(stable_top)
         self.calibrate_profile = bool(calibrate_profile)
-        self.reuse_cache = bool(reuse_cache)
         self._profiles: dict[int, PositionProfile] = {}
 
     def _outcome_kwargs(self) -> dict[str, Any]:
         if callable(self.outcome) or self.outcome == "gold":
             return {}
         if self.outcome == "consensus":
-            return {"max_new_tokens": self.max_new_tokens, "max_tied": self.max_tied, "reuse_cache": self.reuse_cache}
-        return {"max_new_tokens": self.max_new_tokens, "reuse_cache": self.reuse_cache}
+            return {"max_new_tokens": self.max_new_tokens, "max_tied": self.max_tied}
+        return {"max_new_tokens": self.max_new_tokens}
 
     def profile_for(self, k: int) -> PositionProfile:
         """The profile used for ``k`` passages (given, or the model's own; memoised per ``k``)."""
         if k not in self._profiles:
             if self.profile is not None:
+                if not self._profiles and self.generator is not None:
+                    self.profile.check_generator(self.generator)  # warns once if measured for another model
                 self._profiles[k] = self.profile.resized(k)
             elif self.generator is None:
                 self._profiles[k] = PositionProfile.flat(k)
@@ -531,14 +526,13 @@ class MoI:
                                      fit_stats=dict(stats),
                                      rounds=rounds[i], estimated_weights=est_w, raw_utilities=raw))
         if generate_answer:
-            reused = [reusable_answer(r.orderings, r.ordering_answers, r.order) if self.reuse_cache else None
-                      for r in results]
+            # an ordering already run in the chosen order has its answer; the consensus answer is a
+            # draft that greedy decoding of the final prompt is checked against (same answers, less work)
+            reused = [reusable_answer(r.orderings, r.ordering_answers, r.order) for r in results]
             todo = [i for i, a in enumerate(reused) if a is None]
-            # the consensus answer is a draft that greedy decoding of the final prompt is checked against
-            kw = ({"drafts": [results[i].target for i in todo]}
-                  if self.reuse_cache and callable(getattr(self.generator, "run_orderings", None)) else {})
             finals = self.generator.answer([qs[i] for i in todo], [[ps[i][j] for j in results[i].order] for i in todo],
-                                           max_new_tokens=self.max_new_tokens, **kw) if todo else []
+                                           max_new_tokens=self.max_new_tokens,
+                                           drafts=[results[i].target for i in todo]) if todo else []
             for i, a in zip(todo, finals):
                 results[i].answer = a
                 results[i].generator_calls += 1

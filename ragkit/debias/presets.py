@@ -28,6 +28,8 @@ spec                      reranker
 ``moi_loo_gold``          MoI, leave-one-out, ``gold`` outcome (labels; an oracle)
 ``moi_loo_q``             MoI, leave-one-out, ``question`` outcome (the same as ``moi``)
 ``moi_ablate_q``          MoI, 2k random keep-masks, ``question`` outcome
+``moi_masked``            MoI, leave-one-out estimated from one prefill with each passage masked out
+                          (:mod:`ragkit.debias.masked_loo`; about UPR's tokens, an approximation)
 ``upr``                   :class:`~ragkit.debias.upr.UPRReranker`: mean log p(question | one passage),
                           one sequence per passage (Sachan et al., EMNLP 2022)
 ``icr``                   :class:`~ragkit.debias.icr.ICRReranker`: calibrated query-to-passage attention,
@@ -69,6 +71,7 @@ import numpy as np
 
 from ragkit.debias.answerers import Answerer, get_answerer
 from ragkit.debias.baselines import IdentityReranker, RandomReranker
+from ragkit.debias.masked_loo import masked_question_outcomes
 from ragkit.debias.placement import check_placement, place
 from ragkit.generation.base import GeneratorLike
 from ragkit.reranking import Reranker
@@ -106,6 +109,7 @@ _MOI_RERANKERS: dict[str, dict[str, Any]] = {
     "moi_loo_gold": {"design": "loo", "outcome": "gold"},
     "moi_loo_q": {"design": "loo", "outcome": "question"},
     "moi_ablate_q": {"design": "ablate", "outcome": "question"},
+    "moi_masked": {"design": "loo", "outcome": masked_question_outcomes},
 }
 _LM_RERANKERS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     # name: (module, class, settings it takes)
@@ -144,7 +148,8 @@ PRESETS: dict[str, Preset] = {p.name: p for p in (
     Preset("psc_rrf", "none", "none", "psc_rrf", "permutation self-consistency, RRF"),
     Preset("upr", "upr", "none", "single", "UPR: question likelihood given each passage alone; answer once"),
     Preset("icr", "icr", "none", "single", "ICR: calibrated query-to-passage attention; answer once"),
-    *(Preset(n, n, "bias_aware", "single", f"MoI ({kw['design']} design, {kw['outcome']} outcome)")
+    *(Preset(n, n, "bias_aware", "single", f"MoI ({kw['design']} design, "
+                                           f"{getattr(kw['outcome'], '__name__', kw['outcome'])} outcome)")
       for n, kw in _MOI_RERANKERS.items()),
 )}
 METHOD_NAMES: tuple[str, ...] = tuple(PRESETS)
