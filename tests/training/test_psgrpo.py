@@ -235,8 +235,9 @@ def test_cli_parses_and_rejects_bad_input(tmp_path) -> None:
         args.func(args)
 
 
-def test_load_training_records_formats(tmp_path) -> None:
-    from ragkit.training.psgrpo import load_training_records
+def test_load_records_reads_qa_paraphrase_sets_and_hotpotqa(tmp_path) -> None:
+    """PS-GRPO reads its training file through the one record loader, ``ragkit.datasets.load_records``."""
+    from ragkit.datasets import load_records as load_training_records
 
     qa = tmp_path / "qa.jsonl"
     qa.write_text(json.dumps({"id": "1", "question": "Who?", "answers": ["Bob"],
@@ -251,6 +252,12 @@ def test_load_training_records_formats(tmp_path) -> None:
     bad.write_text(json.dumps({"q": 1}) + "\n")
     with pytest.raises(ValueError, match="question"):
         load_training_records(bad)
+    hp = tmp_path / "hotpot.jsonl"
+    hp.write_text(json.dumps({"id": "h1", "question": "Q?", "answer": "A", "type": "bridge", "level": "easy",
+                              "supporting_facts": {"title": ["T"], "sent_id": [0]},
+                              "context": {"title": ["T", "U"], "sentences": [["a."], ["b."]]}}) + "\n")
+    (rec,) = load_training_records(hp)
+    assert rec.id == "h1" and rec.gold_ids == ("T",) and [p.id for p in rec.passages] == ["T", "U"]
 
 
 def test_step_memory_estimate_and_early_refusal(tmp_path, monkeypatch, tiny_lm_dir) -> None:
