@@ -80,6 +80,10 @@ def study_main(parser: argparse.ArgumentParser, run: Callable[[Mapping[str, Any]
                argv: Sequence[str] | None = None) -> int:
     """Parse ``argv`` (``--config FILE`` first, then the flags that override it) and return ``run(config)``.
 
+    A config is a JSON object of settings by dest name; keys starting with ``_`` are notes (the
+    command it replaces, the model to pass); a string value ``$RAGKIT_DATA/...`` is a path in the
+    data folder (:func:`resolve_recorded`).
+
     Raises
     ------
     SystemExit
@@ -87,7 +91,9 @@ def study_main(parser: argparse.ArgumentParser, run: Callable[[Mapping[str, Any]
     """
     parser.add_argument("--config", default=None, metavar="FILE",
                         help="JSON of settings (option names with _ for -); flags given here override it")
-    pre, _ = parser.parse_known_args(argv)
+    pre_parser = argparse.ArgumentParser(add_help=False)
+    pre_parser.add_argument("--config", default=None)
+    pre, _ = pre_parser.parse_known_args(argv)
     if pre.config:
         path = Path(pre.config)
         if not path.is_file():
@@ -102,7 +108,12 @@ def study_main(parser: argparse.ArgumentParser, run: Callable[[Mapping[str, Any]
         unknown = sorted(k for k in cfg if k not in dests and not k.startswith("_"))
         if unknown:
             parser.error(f"--config {path}: unknown setting(s) {unknown}")
-        parser.set_defaults(**{k: v for k, v in cfg.items() if not k.startswith("_")})
+        settings = {k: resolve_recorded(v) if isinstance(v, str) else v for k, v in cfg.items()
+                    if not k.startswith("_")}
+        parser.set_defaults(**settings)
+        for action in parser._actions:  # a required option the config sets is no longer required
+            if action.dest in settings:
+                action.required = False
     args = parser.parse_args(argv)
     return run({**vars(args), "_argv": list(sys.argv[1:] if argv is None else argv)})
 

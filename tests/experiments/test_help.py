@@ -175,3 +175,25 @@ def test_every_result_folder_is_indexed() -> None:
     indexed = {row[0] for row in _index_rows(EXPERIMENTS / "README.md", INDEXES[1][1])}
     with_results = {p.parent.parent.name for p in EXPERIMENTS.glob("*/results/*.json")}
     assert with_results <= indexed, sorted(with_results - indexed)
+
+
+CONFIGS = sorted(str(p.relative_to(ROOT)) for p in EXPERIMENTS.glob("*/configs/*.json"))
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+def test_committed_configs_are_the_scripts_settings(config: str, load_bench) -> None:
+    """Each committed config names a script of its study in ``_command`` and only settings that script has;
+    ``--config`` gives ``run`` exactly those settings, with data paths in ``$RAGKIT_DATA``."""
+    from ragkit.datasets import data_dir
+    from ragkit.eval.harness import study_main
+
+    cfg = __import__("json").loads((ROOT / config).read_text(encoding="utf-8"))
+    script = cfg["_command"].split()[1]
+    assert script.startswith(str(Path(config).parent.parent)) and (ROOT / script).is_file(), script
+    mod = load_bench(Path(script).stem)
+    got = study_main(mod.build_parser(), lambda c: c, ["--config", str(ROOT / config)])
+    for key, value in cfg.items():
+        if key.startswith("_"):
+            continue
+        want = str(data_dir() / value[len("$RAGKIT_DATA/"):]) if str(value).startswith("$RAGKIT_DATA/") else value
+        assert got[key] == want, (key, got[key], want)
