@@ -368,6 +368,10 @@ class MoI:
                                                                   calibrate=self.calibrate_profile, seed=self.seed)
         return self._profiles[k]
 
+    def profiles_used(self) -> list[dict[str, Any]]:
+        """Where each profile this MoI has used came from (:attr:`PositionProfile.provenance`), by ``k``."""
+        return [self._profiles[k].provenance for k in sorted(self._profiles)]
+
     def orderings_for(self, k: int, rng: np.random.Generator) -> list[list[int]]:
         """The design's interventions for ``k`` passages (fixed budget)."""
         budget = None if self.budget == "auto" else self.budget

@@ -381,6 +381,23 @@ class Method:
             return None
         return self.profile if self.profile is not None else self.reranker.profile_for(k)  # type: ignore[attr-defined]
 
+    def profiles_used(self) -> list[dict[str, Any]]:
+        """Where the position profiles used so far (placement's and the reranker's) came from.
+
+        One entry per distinct profile: ``source`` (file, cache, calibrated, embedded, flat, given),
+        the file's ``path`` and ``sha256`` when there is one, and its model, template and ``k``.
+        """
+        found: list[dict[str, Any]] = []
+        if self.placement == "bias_aware" and self.profile is not None and hasattr(self.profile, "provenance"):
+            found.append(self.profile.provenance)
+        if hasattr(self.reranker, "profiles_used"):
+            found.extend(self.reranker.profiles_used())
+        out: list[dict[str, Any]] = []
+        for p in found:
+            if p not in out:
+                out.append(p)
+        return out
+
     def run_many(
         self,
         questions: Sequence[str | Query],

@@ -85,6 +85,10 @@ class MoIReranker(Reranker):
         """The position profile MoI uses for ``k`` passages (also the one bias-aware placement needs)."""
         return self.moi.profile_for(k)
 
+    def profiles_used(self) -> list[dict[str, Any]]:
+        """Where the profiles MoI has used came from (path and SHA-256 of a file or cached profile)."""
+        return self.moi.profiles_used()
+
     def _rank_many(
         self,
         queries: list[Query],

@@ -642,8 +642,13 @@ def run_eval(
     load_s = time.perf_counter() - t_load
 
     appended = 0
-    bar = progress(range(n_todo), show=show_progress, desc="eval", unit="q") if n_todo else None
-    bar_it = iter(bar) if bar is not None else None
+    profiles: dict[str, list[dict[str, Any]]] = {}
+    # a bar advanced by whole chunks (update(n), not iteration: an iterated bar shows an item only when the
+    # next is asked for, one chunk late); smoothing=0 bases the ETA on the average rate since the start,
+    # the right one for equal chunks that finish in bursts
+    bar: Any = progress(iter(()), show=show_progress if n_todo else False, desc="eval", unit="q", total=n_todo,
+                        smoothing=0.0, delay=0)
+    bar_update = getattr(bar, "update", None)
     for m in cfg.methods:
         items = todo[m]
         if not items:
@@ -669,14 +674,15 @@ def run_eval(
             append_jsonl(partial, rows)
             for row in rows:
                 done[(m, row["qid"])] = row
-                if bar_it is not None:
-                    next(bar_it, None)
+            if bar_update is not None:
+                bar_update(len(rows))
             appended += len(rows)
             if on_chunk is not None:
                 on_chunk(appended)
-    if bar_it is not None:
-        for _ in bar_it:
-            pass
+        if hasattr(method, "profiles_used"):
+            profiles[m] = method.profiles_used()
+    if hasattr(bar, "close"):
+        bar.close()
 
     rows_final = [done[(m, r.id)] for m in cfg.methods for r in recs]
     add_ranking_metrics(rows_final, cfg.k)
@@ -691,6 +697,9 @@ def run_eval(
             "embedder": (cfg.embedder or "embedded-default") if cfg.retriever in ("dense", "hybrid") else None,
         },
         "n_questions": len(recs),
+        # which position profile each method used (file / cache / calibrated / embedded / flat, path, sha256):
+        # a cached `ragkit bias-profile` changes results, so the report names it
+        "profiles": profiles,
         "metrics": list(DATASET_METRICS[dataset]),
         "ranking_metrics": [*RANKING_METRICS, recall_key(cfg.k)],
         "protocol": {"candidates": cfg.n_candidates, "k": cfg.k, "retriever": cfg.retriever,
