@@ -33,7 +33,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from _harness import write_result
+
+from ragkit.eval.harness import gpu_epilog, write_result
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -137,7 +138,11 @@ def _chunked(url: str, pid: int, total_mb: int) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=gpu_epilog("benchmarks/serve_limits.py", None,
+                          note="GPU: not applicable (the limits bound the server's memory and request handling, "
+                               "the same on any device)."))
     ap.add_argument("--budget-docs", type=int, default=480,
                     help="documents in the 'budget' request (480 x 2,048 counted characters fit 1,000,000)")
     ap.add_argument("--chunked-mb", type=int, default=120)
