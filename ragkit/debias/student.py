@@ -236,8 +236,9 @@ class DistilledReranker(CrossEncoderReranker):
         model = CrossEncoder(str(p), device=resolve_device(device), activation_fn=torch.nn.Identity(),
                              local_files_only=True)
         _check_weights_cover_model(p, model, names)
-        return cls(model, meta.get("metadata", {}), batch_size=batch_size, max_batch_tokens=max_batch_tokens,
-                   forward_cost_tokens=forward_cost_tokens, long_docs=long_docs)
+        return _student_class(cls, meta.get("metadata", {}))(
+            model, meta.get("metadata", {}), batch_size=batch_size, max_batch_tokens=max_batch_tokens,
+            forward_cost_tokens=forward_cost_tokens, long_docs=long_docs)
 
     def save_pretrained(self, path: str | os.PathLike[str], overwrite: bool = False,
                         card: bool = True) -> Path:
@@ -288,6 +289,30 @@ class DistilledReranker(CrossEncoderReranker):
         return str(getattr(info, "commit_url", info))
 
 
+def _comparison_lines(c: Any) -> list[str]:
+    """The card's "Compared with the first stage" section (the held-out check of ``ragkit distill``)."""
+    if not isinstance(c, Mapping):
+        return ["## Compared with the first stage", "", "Not compared: trained without a held-out check.", ""]
+    metrics = [k for k in c.get("student", {}) if k in c.get("first_stage", {})]
+    verdict = "refused, saved with --force" if c.get("forced") else ("passed" if c.get("passed") else "-")
+    return ["## Compared with the first stage", "",
+            f"Compared with **{_fmt(c.get('first_stage_name'))}** (the candidates' given order) on "
+            f"{_fmt(c.get('num_queries'))} held-out training questions, relevance from "
+            f"{_fmt(c.get('relevance'))}; rule: the student may not fall below it on any metric "
+            f"(tolerance {_fmt(c.get('tolerance'))}); verdict: {verdict}.", "",
+            "| metric | first stage | student |", "|---|---|---|",
+            *[f"| {k} | {_fmt(c['first_stage'][k])} | {_fmt(c['student'][k])} |" for k in metrics], ""]
+
+
+def _student_class(cls: type[DistilledReranker], metadata: Mapping[str, Any]) -> type[DistilledReranker]:
+    """The class a saved student loads as: its metadata's ``student`` recipe (``"residual"``) picks it."""
+    if metadata.get("student") == "residual":
+        from ragkit.debias.residual_student import ResidualReranker
+
+        return ResidualReranker
+    return cls
+
+
 def _fmt(v: Any) -> str:
     if isinstance(v, float):
         return f"{v:.4g}"
@@ -310,7 +335,8 @@ def model_card(metadata: Mapping[str, Any], name: str = "ragkit-student") -> str
     if "/" in base and not Path(base).exists():  # a hub id
         front.append(f"base_model: {base}")
     front.append("---")
-    rows = [("base encoder", base), ("loss", m.get("loss")), ("epochs", m.get("epochs")),
+    rows = [("student recipe", m.get("student") or "cross-encoder"), ("base encoder", base),
+            ("loss", m.get("loss")), ("epochs", m.get("epochs")),
             ("batch size", m.get("batch_size")), ("learning rate", m.get("lr")),
             ("label temperature", m.get("temperature")), ("max pair length (tokens)", m.get("max_length")),
             ("seed", m.get("seed")), ("training seconds", m.get("train_seconds")),
@@ -331,7 +357,7 @@ def model_card(metadata: Mapping[str, Any], name: str = "ragkit-student") -> str
         f"- label file: {_fmt(m.get('labels') or m.get('label_file'))}",
         f"- training questions: {_fmt(m.get('num_queries'))}", "",
         "## Training", "", "| setting | value |", "|---|---|", *[f"| {k} | {_fmt(v)} |" for k, v in rows], "",
-        "## Metrics", "", *metric_lines, "",
+        "## Metrics", "", *metric_lines, "", *_comparison_lines(m.get("comparison")),
         "## Use", "", "```python", "from sentence_transformers import CrossEncoder", "",
         f'model = CrossEncoder("{name}")  # this folder or hub id',
         'scores = model.predict([("Who wrote Hamlet?", "Hamlet is a play by Shakespeare.")])', "",
