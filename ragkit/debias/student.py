@@ -344,7 +344,7 @@ def model_card(metadata: Mapping[str, Any], name: str = "ragkit-student") -> str
     metrics = m.get("metrics") if isinstance(m.get("metrics"), Mapping) else {}
     metric_lines = (["| metric | value |", "|---|---|", *[f"| {k} | {_fmt(v)} |" for k, v in metrics.items()]]
                     if metrics else ["No held-out metrics were recorded with this model (ragkit's "
-                                     "`benchmarks/distill.py` measures MRR, recall and answer F1)."])
+                                     "`experiments/distill/distill.py` measures MRR, recall and answer F1)."])
     lines = [
         *front, "", f"# {name}", "",
         "A one-pass cross-encoder reranker distilled from **Mixture-of-Intervention (MoI)** (Lee et al., "
