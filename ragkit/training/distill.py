@@ -347,7 +347,7 @@ def train_residual_student(
 ) -> StudentTrainResult:
     """Train a residual cross-encoder student ``s = w · z(retriever) + f(q, p)`` on MoI labels.
 
-    :class:`~ragkit.debias.residual_student.ResidualReranker` starts with ``f ≡ 0`` (zero scoring
+    :class:`~ragkit.debias.student.ResidualReranker` starts with ``f ≡ 0`` (zero scoring
     head), ranking exactly like the first stage; training fits ``f`` so that ``s`` (prior
     included) minimises ``loss`` against the per-query targets of :func:`label_targets`
     (``"listnet"`` or ``"ranknet"``, the module docstring's formulas), with AdamW, a linear warm-up
@@ -356,13 +356,13 @@ def train_residual_student(
     ``prior="score"`` (the given order when a record has none).
 
     Parameters are those of :func:`train_student`, plus ``prior`` and ``prior_weight`` (``r`` and
-    ``w`` of :mod:`ragkit.debias.residual_student`). Returns a :class:`StudentTrainResult` whose
+    ``w`` of :mod:`ragkit.debias.student`). Returns a :class:`StudentTrainResult` whose
     ``reranker`` is a ``ResidualReranker``.
     """
     import torch
     from transformers import get_linear_schedule_with_warmup
 
-    from ragkit.debias.residual_student import ResidualReranker
+    from ragkit.debias.student import ResidualReranker
     from ragkit.models import resolve_device
 
     if out_dir is not None:

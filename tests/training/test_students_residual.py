@@ -40,7 +40,7 @@ def _passages(seed: int, n: int = 6) -> list[list[Passage]]:
 
 
 def test_untrained_residual_ranks_exactly_like_its_retriever(tiny_encoder_dir: Path) -> None:
-    from ragkit.debias.residual_student import ResidualReranker, normalised_prior
+    from ragkit.debias.student import ResidualReranker, normalised_prior
 
     student = ResidualReranker.from_base(str(tiny_encoder_dir), device="cpu", max_length=32, seed=3)
     ps = _passages(0)
@@ -60,7 +60,7 @@ def test_untrained_residual_ranks_exactly_like_its_retriever(tiny_encoder_dir: P
 
 
 def test_normalised_prior_is_a_z_score() -> None:
-    from ragkit.debias.residual_student import normalised_prior
+    from ragkit.debias.student import normalised_prior
 
     z = normalised_prior(4)
     assert abs(z.mean()) < 1e-12 and abs(z.std() - 1) < 1e-12 and list(np.argsort(-z)) == [0, 1, 2, 3]
@@ -94,8 +94,7 @@ def test_residual_saves_and_loads_everywhere(residual) -> None:
     from sentence_transformers import CrossEncoder
 
     from ragkit.debias import get_reranker
-    from ragkit.debias.residual_student import ResidualReranker
-    from ragkit.debias.student import DistilledReranker
+    from ragkit.debias.student import DistilledReranker, ResidualReranker
 
     res, out = residual
     loaded = DistilledReranker.load(out, device="cpu")
