@@ -399,6 +399,8 @@ def _row(method: str, rec: QARecord, cand: RankedList, out: Any, dataset: str, c
     for key in ("abstain", "harmful_share", "harmful"):
         if key in extra:
             row[key] = extra[key]
+    if extra.get("raw_utilities") is not None:  # MoI's utilities before blend/fallback, in candidate order
+        row["utilities"] = [round(float(u), 6) for u in extra["raw_utilities"]]
     return row
 
 
