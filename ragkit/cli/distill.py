@@ -3,7 +3,7 @@
 Usage::
 
     # 1. label training questions with MoI (gold outcome, leave-one-out design); resumable
-    ragkit distill labels --data-file ../shared/data/hotpotqa/train.jsonl --out labels.jsonl --limit 80
+    ragkit distill labels --data-file $RAGKIT_DATA/hotpotqa/train.jsonl --out labels.jsonl --limit 80
     # 2. train the student cross-encoder (embedded MiniLM by default)
     ragkit distill --labels labels.jsonl --out students/minilm-moi --loss listnet --epochs 3
     # 3. use it

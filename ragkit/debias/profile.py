@@ -26,7 +26,7 @@ Biometrika 1994; ``z = 1.96`` by default, ``z = 0`` gives the raw slot means). S
 shrink to the same value tie, and bias-aware placement fills tied slots in slot order, so a
 profile flat within its noise places a ranking best first.
 
-Which profile MoI uses (:meth:`PositionProfile.for_generator`, issue 14 item 5), per
+Which profile MoI uses (:meth:`PositionProfile.for_generator`), per
 (model, template, k):
 
 1. a profile cached under ``$RAGKIT_CACHE/profiles/`` (written by :meth:`PositionProfile.save_cached`,
@@ -40,6 +40,12 @@ Which profile MoI uses (:meth:`PositionProfile.for_generator`, issue 14 item 5),
 4. otherwise (the default, since calibration costs minutes on CPU for larger models) the flat
    profile, with a warning naming ``ragkit bias-profile``. The presence designs (``loo``,
    ``ablate``, ``mixed``) do not need a profile to rank; the permutation designs do.
+
+Every profile carries where it came from (:attr:`PositionProfile.provenance`: ``source`` one of
+``file``, ``cache``, ``calibrated``, ``embedded``, ``flat``, ``given``; ``path`` and ``sha256`` of
+the file it was read from or cached to), which the eval, rerank and ask reports record: a cached
+profile changes later results, so a report must say which one it used. It is kept out of
+the saved JSON (:meth:`PositionProfile.to_dict` with ``provenance=False``).
 """
 
 from __future__ import annotations
@@ -82,6 +88,16 @@ def profile_cache_path(model: str, template: str, k: int) -> Path:
     return cache_dir() / "profiles" / f"{slug}-{template}-k{int(k)}-{digest}.json"
 
 
+def _file_provenance(source: str, path: str | os.PathLike[str]) -> dict[str, Any]:
+    """``{"source", "path", "sha256"}`` of a profile file (its bytes' SHA-256)."""
+    p = Path(path)
+    try:
+        digest: str | None = hashlib.sha256(p.read_bytes()).hexdigest()
+    except OSError:
+        digest = None
+    return {"source": source, "path": str(p.resolve()), "sha256": digest}
+
+
 def _generator_key(generator: GeneratorLike) -> tuple[str, str]:
     name = str(getattr(generator, "name", "unknown"))
     tmpl = str(getattr(getattr(generator, "template", None), "name", "short"))
@@ -102,9 +118,24 @@ def _slot_effects(so: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _normalise(w: np.ndarray) -> np.ndarray:
+    """``w / Σ w``; weights near the float maximum (whose plain sum overflows to infinity) are first
+    divided by their largest, so they keep their shape; all zeros give the flat profile."""
     w = np.asarray(w, dtype=np.float64)
+    top = w.max() if w.size else 0.0
+    if not top > 0:
+        return np.full(w.shape[0], 1.0 / w.shape[0])
     s = w.sum()
-    return np.full(w.shape[0], 1.0 / w.shape[0]) if s <= 0 or not np.isfinite(s) else w / s
+    if not np.isfinite(s):
+        w = w / top
+        s = w.sum()
+    return w / s
+
+
+def _same_model(a: str, b: str) -> bool:
+    """Two generator names denote one model: equal, or the same last path part (a hub id and the
+    local folder it was downloaded to, ``org/name`` and ``/models/name``)."""
+    tail = lambda x: str(x).replace("\\", "/").rstrip("/").rsplit("/", 1)[-1].lower()  # noqa: E731
+    return a == b or tail(a) == tail(b)
 
 
 @dataclass(frozen=True)
@@ -132,7 +163,13 @@ class PositionProfile:
     meta: Mapping[str, Any] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
-        w = np.asarray(self.weights, dtype=np.float64).reshape(-1)
+        raw = np.asarray(self.weights)
+        if raw.ndim != 1 or raw.dtype == bool or not (np.issubdtype(raw.dtype, np.number)):
+            raise ValueError(
+                f"profile weights must be a flat list of k numbers (one per prompt slot), got "
+                f"{'a ' + str(raw.ndim) + '-D array' if raw.ndim != 1 else 'values of type ' + str(raw.dtype)}; "
+                "write one with `ragkit bias-profile --out FILE`")
+        w = raw.astype(np.float64)
         if w.size < 1:
             raise ValueError("a position profile needs at least one slot weight")
         if np.any(w < 0) or not np.all(np.isfinite(w)):
@@ -293,11 +330,33 @@ class PositionProfile:
 
     # ------------------------------------------------------------------ cache
     def save_cached(self) -> Path:
-        """Save under :func:`profile_cache_path` of this profile's (model, template, k); return the path."""
+        """Save under :func:`profile_cache_path` of this profile's (model, template, k); return the path.
+
+        From then on :meth:`for_generator` returns it for that (model, template, k): it becomes the
+        default of MoI and bias-aware placement for that model.
+        """
         path = profile_cache_path(self.model, self.template, self.k)
         path.parent.mkdir(parents=True, exist_ok=True)
         self.save(path)
         return path
+
+    @property
+    def provenance(self) -> dict[str, Any]:
+        """Where this profile came from: ``{"source", "path"?, "sha256"?, "model", "template", "k"}``."""
+        prov = dict(self.meta.get("provenance") or {"source": self.meta.get("kind") or "given"})
+        prov.update({"model": self.model, "template": self.template, "k": self.k})
+        if "resized_from" in self.meta:
+            prov["resized_from"] = self.meta["resized_from"]
+        return prov
+
+    def with_provenance(self, source: str, path: str | os.PathLike[str] | None = None) -> PositionProfile:
+        """This profile marked as coming from ``source`` (and the file ``path``, hashed)."""
+        import copy
+
+        prov = _file_provenance(source, path) if path is not None else {"source": source}
+        out = copy.copy(self)  # not the constructor: it would renormalise the weights (last-bit drift)
+        object.__setattr__(out, "meta", {**self.meta, "provenance": prov})
+        return out
 
     @classmethod
     def cached(cls, model: str, template: str, k: int) -> PositionProfile | None:
@@ -309,7 +368,7 @@ class PositionProfile:
         if prof.k != k:
             raise ValueError(f"cached profile {path} has k={prof.k}, expected {k}; delete it and re-run "
                              "`ragkit bias-profile`")
-        return prof
+        return prof.with_provenance("cache", path)
 
     @classmethod
     def for_generator(
@@ -345,7 +404,8 @@ class PositionProfile:
             prof = cls.recency(k, model=name, template=tmpl)
             return cls(prof.weights, model=name, template=tmpl, k=k,
                        meta={**prof.meta, "data": "recency shape measured on SmolLM2-135M-Instruct "
-                                                   "(30 HotpotQA dev questions, short template)"})
+                                                   "(30 HotpotQA dev questions, short template)",
+                             "provenance": {"source": "embedded"}})
         if calibrate:
             if records is None:
                 from ragkit.datasets import SAMPLE_HOTPOTQA, sample_records
@@ -359,7 +419,7 @@ class PositionProfile:
             prof = cls.calibrate(generator, usable, k=k, seed=seed, data=data)
             path = prof.save_cached()
             logger.info("saved the position profile to %s", path)
-            return prof
+            return prof.with_provenance("calibrated", path)
         if (name, tmpl, k) in _WARNED:
             return cls.flat(k, model=name, template=tmpl)
         _WARNED.add((name, tmpl, k))
@@ -389,25 +449,58 @@ class PositionProfile:
         """Slots from the heaviest to the lightest (ties: earlier slot first)."""
         return sorted(range(self.k), key=lambda j: (-float(self.weights[j]), j))
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
+    def to_dict(self, provenance: bool = True) -> dict[str, Any]:
+        """JSON-ready form (``provenance=False``: without where this copy came from, as files are saved)."""
+        meta = {k: v for k, v in self.meta.items() if provenance or k != "provenance"}
         return {"weights": self.weights.tolist(), "model": self.model, "template": self.template,
-                "k": self.k, "meta": dict(self.meta)}
+                "k": self.k, "meta": meta}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> PositionProfile:
-        """Inverse of :meth:`to_dict`."""
+        """Inverse of :meth:`to_dict`; every field is checked (a list of numbers, strings, a whole
+        ``k``), never coerced: ``true`` is not a one-slot profile, nor ``[[...]]`` a flattened one."""
         if "weights" not in d:
             raise ValueError(f"a profile JSON needs a 'weights' list, got keys {sorted(d)}")
-        return cls(np.asarray(d["weights"], dtype=np.float64), model=str(d.get("model", "none")),
-                   template=str(d.get("template", "short")), k=int(d.get("k", 0)),
-                   meta=dict(d.get("meta") or {}))
+        w = d["weights"]
+        if not isinstance(w, list) or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in w):
+            raise ValueError(
+                f"a profile's 'weights' must be a flat list of numbers (one per prompt slot), got "
+                f"{json.dumps(w)[:80]}; write one with `ragkit bias-profile --out FILE`")
+        for key in ("model", "template"):
+            if key in d and not isinstance(d[key], str):
+                raise ValueError(f"a profile's {key!r} must be a string, got {json.dumps(d[key])[:80]}")
+        k = d.get("k", 0)
+        if isinstance(k, bool) or not isinstance(k, int):
+            raise ValueError(f"a profile's 'k' must be a whole number, got {json.dumps(k)[:40]}")
+        meta = d.get("meta") or {}
+        if not isinstance(meta, dict):
+            raise ValueError(f"a profile's 'meta' must be a JSON object, got {type(meta).__name__}")
+        return cls(np.asarray(w, dtype=np.float64), model=d.get("model", "none"),
+                   template=d.get("template", "short"), k=k, meta=meta)
+
+    def check_for(self, model: str, template: str) -> bool:
+        """Warn when this profile was measured for another generator or prompt template than
+        ``(model, template)``; returns whether it matches. A profile of another model weighs the
+        slots of that model's prompt, not this one's (synthetic profiles, model ``"none"``, match
+        every model)."""
+        ok_model = self.model == "none" or _same_model(self.model, model)
+        ok_tmpl = self.model == "none" or self.template == template
+        if not (ok_model and ok_tmpl):
+            logger.warning(
+                "the position profile was measured for %s (template %s) but is used for %s (template %s): its slot "
+                "weights describe another prompt; measure one for this generator with `ragkit bias-profile "
+                "--model %s --out FILE`", self.model, self.template, model, template, model)
+        return ok_model and ok_tmpl
+
+    def check_generator(self, generator: GeneratorLike) -> bool:
+        """:meth:`check_for` the name and prompt template of ``generator``."""
+        return self.check_for(*_generator_key(generator))
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the profile as JSON (atomically)."""
         from ragkit.io import write_json
 
-        write_json(path, self.to_dict())
+        write_json(path, self.to_dict(provenance=False))
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> PositionProfile:
@@ -421,7 +514,10 @@ class PositionProfile:
         if not isinstance(data, dict):
             raise ValueError(f"{path} is not a position profile (a JSON {type(data).__name__}, expected an "
                              "object with 'weights'); write one with `ragkit bias-profile --out FILE`")
-        return cls.from_dict(data)
+        try:
+            return cls.from_dict(data).with_provenance("file", path)
+        except ValueError as e:
+            raise ValueError(f"{path}: {e}") from None
 
     def plot(self, path: str | os.PathLike[str], title: str | None = None) -> None:
         """Save a bar chart of the weights (matplotlib, Agg backend) to ``path`` (PNG)."""

@@ -199,7 +199,7 @@ def train_student(
         ``"listnet"`` (listwise, default), ``"ranknet"`` (pairwise) or ``"lambdaloss"``;
         see the module docstring for the formulas. The defaults (ListNet, lr 1e-4, 3 epochs) won
         on 50 held-out train questions of the reference generator's labels (held-out MRR@10 0.761
-        against 0.604 for RankNet at lr 3e-5 and 0.540 at lr 1e-4; ``benchmarks/distill_recipes.py``).
+        against 0.604 for RankNet at lr 3e-5 and 0.540 at lr 1e-4; ``experiments/distill/distill_recipes.py``).
     epochs, batch_size, lr, seed
         Passes over the labels, questions per optimisation step (each brings all its
         passages), AdamW learning rate, seed of the head initialisation and data order.

@@ -15,7 +15,7 @@ prompt and the ``k`` prompts that each leave one passage out; ``u_p = o(full) âˆ
 which ranked the gold paragraphs of 10 HotpotQA train questions at MRR@10 0.765 against 0.420
 for the ``cyclic`` design (the ``k`` rotations, the former default, still available), 0.421 for
 ``prior`` and 0.485 for the given order (SmolLM2-135M, k = 10;
-``benchmarks/results/moi_designs_train-cpu.json``, ``moi_budget_train-cpu.json``).
+``experiments/moi_lab/results/moi_designs_train-cpu.json``, ``moi_budget_train-cpu.json``).
 :func:`generate_labels` stores them, one JSON object a line, so that a cheap one-pass reranker
 can be trained on them (:mod:`ragkit.training.distill`).
 
@@ -62,6 +62,7 @@ __all__ = [
     "read_labels",
     "write_labels",
     "labels_from_results",
+    "label_references",
 ]
 
 LABEL_FORMAT = "ragkit-distill-labels/1"
@@ -116,6 +117,8 @@ class LabelRecord:
             v = getattr(self, name)
             if not isinstance(v, tuple):
                 object.__setattr__(self, name, tuple(v))
+        if any(isinstance(x, bool) for x in self.u):
+            raise ValueError(f"label record {self.qid!r}: 'u' holds a boolean; utilities are numbers")
         object.__setattr__(self, "u", tuple(float(x) for x in self.u))
         if not self.titles:
             object.__setattr__(self, "titles", ("",) * len(self.passage_ids))
@@ -196,30 +199,50 @@ class LabelRecord:
                 "(write it with ragkit.training.labels.write_labels or `ragkit distill labels`)"
             )
         for k in ("passage_ids", "texts", "u", "titles", "ranking", "answers", "gold_ids"):
-            if k in d and not isinstance(d[k], list):
+            if k in d and (d[k] is not None or k in _REQUIRED) and not isinstance(d[k], list):
                 raise ValueError(f"{where}: '{k}' must be a JSON list, got {type(d[k]).__name__}")
+
+        def text(key: str, v: Any, ids: bool = False, default: str | None = None) -> str:
+            # a JSON null or a boolean is no text: str() would turn it into "None" / "True"
+            if v is None and default is not None:
+                return default
+            if isinstance(v, str) or (ids and isinstance(v, int) and not isinstance(v, bool)):
+                return str(v)
+            raise ValueError(f"{where}: {key} is {json.dumps(v)[:80]}, not a string; write every "
+                             f"{'id' if ids else 'text'} as a JSON string")
+
+        def texts(key: str, ids: bool = False, default: str | None = None) -> tuple[str, ...]:
+            return tuple(text(f"'{key}'[{i}]", v, ids, default) for i, v in enumerate(d.get(key) or ()))
+
+        u = []
+        for i, x in enumerate(d["u"]):
+            if isinstance(x, bool) or not isinstance(x, (int, float)):
+                raise ValueError(f"{where}: 'u' must be a list of numbers; 'u'[{i}] is {json.dumps(x)[:80]}")
+            u.append(float(x))
+        if not isinstance(d.get("metadata") or {}, dict):
+            raise ValueError(f"{where}: 'metadata' must be a JSON object, got {type(d['metadata']).__name__}")
+        calls = d.get("generator_calls") or 0
+        if isinstance(calls, bool) or not isinstance(calls, int) or calls < 0:
+            raise ValueError(f"{where}: 'generator_calls' is {json.dumps(calls)}, not a count")
+        fields = dict(
+            qid=text("'qid'", d["qid"], ids=True),
+            question=text("'question'", d["question"]),
+            passage_ids=texts("passage_ids", ids=True),
+            texts=texts("texts"),
+            u=tuple(u),
+            titles=texts("titles", default=""),
+            ranking=texts("ranking", ids=True),
+            answers=texts("answers"),
+            gold_ids=texts("gold_ids", ids=True),
+            source=text("'source'", d.get("source"), default=""),
+            generator=text("'generator'", d.get("generator"), default=""),
+            design=text("'design'", d.get("design"), default="cyclic"),
+            outcome=text("'outcome'", d.get("outcome"), default="gold"),
+            generator_calls=calls,
+            metadata=dict(d.get("metadata") or {}),
+        )
         try:
-            u = [float(x) for x in d["u"]]
-        except (TypeError, ValueError) as e:
-            raise ValueError(f"{where}: 'u' must be a list of numbers ({e})") from e
-        try:
-            return cls(
-                qid=str(d["qid"]),
-                question=str(d["question"]),
-                passage_ids=tuple(str(x) for x in d["passage_ids"]),
-                texts=tuple(str(x) for x in d["texts"]),
-                u=tuple(u),
-                titles=tuple(str(x) for x in d.get("titles") or ()),
-                ranking=tuple(str(x) for x in d.get("ranking") or ()),
-                answers=tuple(str(x) for x in d.get("answers") or ()),
-                gold_ids=tuple(str(x) for x in d.get("gold_ids") or ()),
-                source=str(d.get("source") or ""),
-                generator=str(d.get("generator") or ""),
-                design=str(d.get("design") or "cyclic"),
-                outcome=str(d.get("outcome") or "gold"),
-                generator_calls=int(d.get("generator_calls") or 0),
-                metadata=dict(d.get("metadata") or {}),
-            )
+            return cls(**fields)
         except ValueError as e:
             raise ValueError(f"{where}: {e}") from e
 
@@ -474,3 +497,25 @@ def generate_labels(
         seconds=seconds,
         generator_calls=calls,
     )
+
+
+def label_references(labs: Sequence[Any], seed: int = 0, n_perm: int = 200) -> dict[str, dict[str, list[float]]]:
+    """Per-question (MRR@10, recall@2) of the label rankings and of a random order, against gold.
+
+    ``labs``: label records (``ranking``, ``passage_ids``, ``gold_ids``), each with gold passages.
+    ``"teacher"`` scores each label's own ranking; ``"random"`` is the mean over ``n_perm`` random
+    permutations of its passages (a Monte Carlo expectation, seeded): what the labels carry, and what
+    a student that learned nothing scores.
+    """
+    from ragkit.eval.metrics import rank_metrics
+
+    rng = np.random.default_rng(seed)
+    out: dict[str, dict[str, list[float]]] = {n: {"mrr@10": [], "recall@2": []} for n in ("teacher", "random")}
+    for lab in labs:
+        rows = {"teacher": np.array([rank_metrics(list(lab.ranking), lab.gold_ids)]),
+                "random": np.array([rank_metrics(list(rng.permutation(list(lab.passage_ids))), lab.gold_ids)
+                                    for _ in range(n_perm)])}
+        for name, r in rows.items():
+            out[name]["mrr@10"].append(float(r[:, 0].mean()))
+            out[name]["recall@2"].append(float(r[:, 1].mean()))
+    return out
