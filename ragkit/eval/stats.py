@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["bootstrap_ci", "gap_bootstrap", "holm", "paired_ci", "paired_p_value"]
+__all__ = ["bootstrap_ci", "gap_bootstrap", "holm", "paired_ci", "paired_p_value", "seed_question_bootstrap"]
 
 
 def _boot_means(x: np.ndarray, n_boot: int, seed: int) -> np.ndarray:
@@ -140,3 +140,56 @@ def gap_bootstrap(sweeps: Mapping[str, Mapping[str, Any]], n_boot: int = 1000, s
         for b in names[i + 1:]:
             out["gap_difference"][f"{b} - {a}"] = _ci(float(_gap(mats[b]) - _gap(mats[a])), boot[b] - boot[a])
     return out
+
+
+def seed_question_bootstrap(a: Mapping[Any, Sequence[float]], b: Mapping[Any, Sequence[float]] | None = None,
+                            n_boot: int = 2000, seed: int = 0, alpha: float = 0.05) -> dict[str, float]:
+    """Mean of an arm (or the paired difference of two arms) with an interval over seeds AND questions.
+
+    ``a[s][i]`` is arm A's score on question ``i`` when trained with seed ``s`` (every seed scores
+    the same questions in the same order); ``b`` likewise for arm B (a base model is one "seed").
+    The statistic is ``mean_s mean_i a[s][i] − mean_s mean_i b[s][i]``. Each of the ``n_boot``
+    resamples draws each arm's seeds with replacement and, independently, one set of question
+    indices shared by both arms (a two-level, paired bootstrap: Davison & Hinkley, 1997, §3.8), so
+    the interval carries training noise as well as question noise; with one seed per arm it is the
+    ordinary paired bootstrap over questions.
+
+    Returns
+    -------
+    dict
+        ``{"mean", "lo", "hi", "p", "n_questions", "n_seeds_a", "n_seeds_b"}``: the point value, the
+        percentile ``1 − alpha`` interval, and the two-sided bootstrap p-value of "no difference"
+        (``2 · min(P*(stat ≤ 0), P*(stat ≥ 0))``, at least ``1 / (n_boot + 1)``), the input of
+        :func:`holm`.
+
+    Raises
+    ------
+    ValueError
+        No seed, or seeds that score different numbers of questions.
+    """
+    def _matrix(arm: Mapping[Any, Sequence[float]], name: str) -> np.ndarray:
+        if not arm:
+            raise ValueError(f"arm {name} has no seed")
+        m = [np.asarray(v, dtype=float) for v in arm.values()]
+        if len({x.size for x in m}) != 1:
+            raise ValueError(f"arm {name}: every seed must score the same questions; got sizes {[x.size for x in m]}")
+        return np.stack(m)
+
+    ma = _matrix(a, "a")
+    mb = _matrix(b, "b") if b is not None else None
+    if mb is not None and mb.shape[1] != ma.shape[1]:
+        raise ValueError(f"the arms score different numbers of questions ({ma.shape[1]} and {mb.shape[1]})")
+    rng = np.random.default_rng(seed)
+    n_q = ma.shape[1]
+    q_idx = rng.integers(0, n_q, size=(n_boot, n_q))
+    sa = rng.integers(0, ma.shape[0], size=(n_boot, ma.shape[0]))
+    boots = np.array([ma[sa[r]][:, q_idx[r]].mean() for r in range(n_boot)])
+    point = float(ma.mean())
+    if mb is not None:
+        sb = rng.integers(0, mb.shape[0], size=(n_boot, mb.shape[0]))
+        boots = boots - np.array([mb[sb[r]][:, q_idx[r]].mean() for r in range(n_boot)])
+        point -= float(mb.mean())
+    p = 2.0 * min(np.mean(boots <= 0), np.mean(boots >= 0))
+    return {"mean": point, "lo": float(np.quantile(boots, alpha / 2)), "hi": float(np.quantile(boots, 1 - alpha / 2)),
+            "p": float(min(1.0, max(p, 1.0 / (n_boot + 1)))), "n_questions": int(n_q),
+            "n_seeds_a": int(ma.shape[0]), "n_seeds_b": int(mb.shape[0]) if mb is not None else 0}

@@ -117,8 +117,8 @@ class MicroBatcher:
         Most documents merged into one call (``None``: no bound); a request heavier than that
         runs alone. With :meth:`submit_slices`, a large request of a pointwise reranker is cut
         into slices that are taken round-robin with other requests (every request's first slice
-        before any request's second), so a small request waits for at most one bounded call
-        instead of the whole of a large one.
+        before any request's second, one slice of a request per call), so a small request waits
+        for at most one slice's call instead of the whole of a large request.
     """
 
     def __init__(
@@ -273,12 +273,16 @@ class MicroBatcher:
         """The next batch: up to ``max_batch_size`` items within ``max_batch_weight``, earliest slices first."""
         order = sorted(range(len(self._pending)), key=lambda i: (self._pending[i].seq, self._pending[i].enqueued))
         chosen: list[int] = []
+        groups: set[int] = set()
         weight = 0
         for i in order:
             it = self._pending[i]
+            if it.group in groups:  # one slice of a request per call: the next waits its turn
+                continue
             if chosen and self.max_batch_weight is not None and weight + it.weight > self.max_batch_weight:
                 continue
             chosen.append(i)
+            groups.add(it.group)
             weight += it.weight
             if len(chosen) == self.max_batch_size:
                 break

@@ -42,9 +42,10 @@ class ServeSettings:
         cross-encoder, in slices).
     slice_documents
         A cross-encoder (pointwise: each pair scored on its own) ranks a request of more documents
-        than this in slices of this many, taken round-robin with the other requests' slices, so a
-        small request sent meanwhile waits for one slice, not for the whole large request; the
-        merged ranking equals the unsliced one. ``0``: never slice.
+        than this in slices of this many, one slice per reranker call, taken round-robin with the
+        other requests, so a small request sent meanwhile waits for one slice, not for the whole
+        large request; the merged ranking equals the unsliced one. ``0``: never slice. (32 pairs
+        fill two encoder forwards at the default ``max_batch_tokens`` for 256-token pairs.)
     request_timeout_s
         The deadline of a request, queueing included: one not answered by then gets 504 (its work
         is dropped when it has not started), and ``/health`` reports a backend call running longer
@@ -81,7 +82,7 @@ class ServeSettings:
     max_request_chars: int = 1_000_000
     max_pair_chars: int = 2048
     max_batch_documents: int = 256
-    slice_documents: int = 64
+    slice_documents: int = 32
     request_timeout_s: float = 60.0
     max_pending_bytes: int | None = None
     shutdown_grace_s: float = 5.0

@@ -88,3 +88,30 @@ def test_gap_bootstrap_point_values() -> None:
     assert out["gap"]["a"] == {"value": 1.0, "ci95": [1.0, 1.0]}
     assert out["gap_difference"]["b - a"]["value"] == pytest.approx(-1.0)
     assert gap_bootstrap({"c": {}}) == {}
+
+
+def test_seed_question_bootstrap_by_hand() -> None:
+    from ragkit.eval.stats import seed_question_bootstrap
+
+    # arm A: seeds 0 and 1 score 3 questions; arm B is one model. Point: mean(A) - mean(B) = 2.5 - 1 = 1.5
+    a = {0: [2.0, 2.0, 2.0], 1: [3.0, 3.0, 3.0]}
+    b = {0: [1.0, 1.0, 1.0]}
+    r = seed_question_bootstrap(a, b, n_boot=400, seed=0)
+    assert r["mean"] == pytest.approx(1.5) and r["n_seeds_a"] == 2 and r["n_seeds_b"] == 1 and r["n_questions"] == 3
+    # questions are constant within a seed: the interval comes from the seed draw alone: {1, 1.5, 2}
+    assert r["lo"] == pytest.approx(1.0) and r["hi"] == pytest.approx(2.0) and r["p"] == pytest.approx(1 / 401)
+    # one seed per arm: the ordinary paired bootstrap over questions (the same draws as a hand loop)
+    x, y = [0.1, 0.5, 0.9, 0.2], [0.0, 0.7, 0.4, 0.2]
+    r1 = seed_question_bootstrap({0: x}, {0: y}, n_boot=300, seed=3)
+    rng = np.random.default_rng(3)
+    q = rng.integers(0, 4, size=(300, 4))
+    d = np.asarray(x) - np.asarray(y)
+    boots = d[q].mean(axis=1)
+    assert r1["mean"] == pytest.approx(d.mean())
+    assert r1["lo"] == pytest.approx(np.quantile(boots, 0.025)) and r1["hi"] == pytest.approx(np.quantile(boots, 0.975))
+    # a single arm: its mean with an interval over seeds and questions
+    assert seed_question_bootstrap(a, n_boot=50)["mean"] == pytest.approx(2.5)
+    with pytest.raises(ValueError, match="same questions"):
+        seed_question_bootstrap({0: [1.0], 1: [1.0, 2.0]})
+    with pytest.raises(ValueError, match="different numbers"):
+        seed_question_bootstrap({0: [1.0]}, {0: [1.0, 2.0]})
