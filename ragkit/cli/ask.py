@@ -73,7 +73,7 @@ def register(subparsers: Any) -> None:
     a = subparsers.add_parser("ask", help="retrieve, rerank with MoI and answer a question")
     a.add_argument("question")
     a.add_argument("--index", default=None, help="a saved ragkit index (default: BM25 over the bundled sample)")
-    add_k_arg(a, default=10, help="passages to retrieve")
+    add_k_arg(a, default=5, help="passages to retrieve (as RAGPipeline.default)")
     add_moi_args(a)
     a.add_argument("--no-moi", action="store_true", help="answer from the retriever order")
     add_model_args(a, template=False, batch_size=None, passage_max_tokens=ASK_PASSAGE_TOKENS)
