@@ -31,9 +31,9 @@ from ragkit.cli._common import (
 
 def _add_train_args(p: argparse.ArgumentParser, required: bool) -> None:
     p.add_argument("--labels", required=required, help="label file (JSONL) from `ragkit distill labels`")
-    p.add_argument("--student", default="residual", choices=("residual", "cross-encoder"),
+    p.add_argument("--student", default="residual", choices=("residual", "cross-encoder", "bi-encoder"),
                    help="residual: retriever order + a zero-initialised cross-encoder correction (default); "
-                        "cross-encoder: a fresh scoring head")
+                        "cross-encoder: a fresh scoring head; bi-encoder: the dense embedder fine-tuned")
     p.add_argument("--holdout", type=float, default=0.2,
                    help="fraction of labelled questions held out to compare the student with its first stage "
                         "(default 0.2; 0 skips the check)")
@@ -46,11 +46,15 @@ def _add_train_args(p: argparse.ArgumentParser, required: bool) -> None:
                    help="residual student's prior: the given order (default) or the retriever scores")
     p.add_argument("--base-model", default=None,
                    help="encoder to start from: sentence-transformers/HF path or hub id (default: embedded MiniLM)")
-    p.add_argument("--loss", default="listnet", choices=("listnet", "ranknet", "lambdaloss"),
-                   help="listwise ListNet (default), pairwise RankNet or LambdaLoss")
+    p.add_argument("--loss", default=None, choices=("listnet", "ranknet", "lambdaloss", "margin_mse", "mnrl"),
+                   help="cross-encoder/residual: listwise ListNet (default), pairwise RankNet (or LambdaLoss, "
+                        "cross-encoder only); bi-encoder: in-batch negatives + MarginMSE (margin_mse, default) or "
+                        "in-batch negatives alone (mnrl)")
     p.add_argument("--epochs", type=positive_float, default=3.0, help="passes over the labels (default 3)")
-    p.add_argument("--batch-size", type=positive_int, default=4, help="questions per optimisation step (default 4)")
-    p.add_argument("--lr", type=positive_float, default=1e-4, help="AdamW learning rate (default 1e-4)")
+    p.add_argument("--batch-size", type=positive_int, default=None,
+                   help="questions per optimisation step (default 4; bi-encoder: rows per step, default 16)")
+    p.add_argument("--lr", type=positive_float, default=None,
+                   help="AdamW learning rate (default 1e-4; bi-encoder 2e-5)")
     p.add_argument("--max-length", type=positive_int, default=256, help="token limit of a (question, passage) pair")
     p.add_argument("--temperature", type=positive_float, default=1.0, help="target temperature (z-scored u / T)")
     p.add_argument("--seed", type=int, default=0)
@@ -100,16 +104,32 @@ def register(sub: argparse._SubParsersAction) -> None:
     lab.set_defaults(func=_labels)
 
 
+_RECIPE_DEFAULTS = {"residual": ("listnet", 4, 1e-4), "cross-encoder": ("listnet", 4, 1e-4),
+                    "bi-encoder": ("margin_mse", 16, 2e-5)}
+
+
+def recipe_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """The trainer arguments of ``--student``'s recipe: its own defaults for loss, batch size and learning rate."""
+    loss, batch_size, lr = _RECIPE_DEFAULTS[args.student]
+    loss = args.loss or loss
+    allowed = ("margin_mse", "mnrl") if args.student == "bi-encoder" else (
+        ("listnet", "ranknet") if args.student == "residual" else ("listnet", "ranknet", "lambdaloss"))
+    if loss not in allowed:
+        raise ValueError(f"--loss {loss} does not train a {args.student} student; choose one of {', '.join(allowed)}")
+    kw: dict[str, Any] = dict(base_model=args.base_model, loss=loss, epochs=args.epochs,
+                              batch_size=args.batch_size or batch_size, lr=args.lr or lr,
+                              max_length=args.max_length, temperature=args.temperature, device=args.device)
+    if args.student == "residual":
+        kw["prior"] = args.prior
+    return kw
+
+
 def _train(args: argparse.Namespace) -> int:
-    from ragkit.training.distill import distill
+    from ragkit.training.students import distill
 
     if not args.labels or not args.out:
         raise ValueError("`ragkit distill` needs --labels FILE and --out DIR (or use `ragkit distill labels ...`)")
-    kw: dict[str, Any] = dict(base_model=args.base_model, loss=args.loss, epochs=args.epochs,
-                              batch_size=args.batch_size, lr=args.lr, max_length=args.max_length,
-                              temperature=args.temperature, device=args.device)
-    if args.student == "residual":
-        kw["prior"] = args.prior
+    kw = recipe_kwargs(args)
     with contextlib.redirect_stdout(sys.stderr):  # the Trainer prints its logs; stdout is for --json
         res = distill(args.labels, args.out, args.student, holdout=args.holdout, relevance=args.relevance,
                       tolerance=args.tolerance, force=args.force, seed=args.seed, overwrite=args.overwrite, **kw)
@@ -119,7 +139,7 @@ def _train(args: argparse.Namespace) -> int:
     loss = ("" if res.initial_loss is None else
             f"; training loss {res.initial_loss:.4f} -> {res.final_loss:.4f}")
     emit(res.to_dict(), args,
-         f"trained {args.student} student ({args.loss}) on {res.num_queries} questions ({res.num_pairs} pairs) in "
+         f"trained {args.student} student ({kw['loss']}) on {res.num_queries} questions ({res.num_pairs} pairs) in "
          f"{res.seconds:.1f} s{loss}; {check}; saved to {args.out}")
     return 0
 
