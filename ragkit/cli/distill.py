@@ -64,7 +64,7 @@ def _add_train_args(p: argparse.ArgumentParser, required: bool) -> None:
 
 def _train_requires(args: argparse.Namespace) -> list[tuple[list[str], str]]:
     """Training the student runs sentence-transformers' trainer, which reads a ``datasets.Dataset``."""
-    if getattr(args, "distill_command", None) == "labels":
+    if getattr(args, "distill_command", None) in ("labels", "probe"):
         return []
     return [(["datasets"], "ragkit distill (training the student)")]
 
@@ -80,7 +80,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     _add_train_args(p, required=False)
     p.set_defaults(func=_train)
     set_requirements(p, _train_requires)
-    dsub = p.add_subparsers(dest="distill_command", metavar="{train,labels}")
+    dsub = p.add_subparsers(dest="distill_command", metavar="{train,labels,probe}")
 
     t = dsub.add_parser("train", help="train the student (same as `ragkit distill --labels ... --out ...`)")
     _add_train_args(t, required=True)
@@ -102,6 +102,23 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_output_args(lab, required=True, result=False,
                     out_help="label file (JSONL) to append to; question ids already in it are skipped")
     lab.set_defaults(func=_labels)
+
+    pr = dsub.add_parser("probe", help="fit the moi_attn attention probe of a generator to MoI labels")
+    pr.add_argument("--labels", required=True, help="label file (JSONL) from `ragkit distill labels`")
+    pr.add_argument("--model", default=None, help="generator (default: embedded SmolLM2-135M-Instruct)")
+    pr.add_argument("--ridge", type=float, default=1.0, help="ridge penalty lambda (default 1)")
+    pr.add_argument("--target", default="zscore", choices=("zscore", "center"),
+                    help="per-question normalisation of the utilities (default zscore)")
+    pr.add_argument("--no-calibrate", action="store_true", help="skip ICR's 'N/A' calibration row")
+    pr.add_argument("--holdout", type=float, default=0.2,
+                    help="fraction of questions held out to report fidelity (Spearman, top-3) on (default 0.2)")
+    pr.add_argument("--seed", type=int, default=0)
+    pr.add_argument("--passage-max-tokens", type=int, default=None, help="truncate each passage in the prompt")
+    pr.add_argument("--device", default="auto")
+    pr.add_argument("--probe-out", default=None,
+                    help="probe JSON to write (default: ragkit/data/probes/<model-fingerprint>.json)")
+    add_output_args(pr, out_help="also write the JSON report to this file")
+    pr.set_defaults(func=_probe)
 
 
 _RECIPE_DEFAULTS = {"residual": ("listnet", 4, 1e-4), "cross-encoder": ("listnet", 4, 1e-4),
@@ -172,4 +189,42 @@ def _labels(args: argparse.Namespace) -> int:
          f"labelled {stats.written} questions ({stats.skipped_existing} already there, "
          f"{stats.skipped_unusable} without answer/passages) in {stats.seconds:.1f} s "
          f"({stats.seconds_per_question:.1f} s/question) -> {stats.path}")
+    return 0
+
+
+def _probe(args: argparse.Namespace) -> int:
+    from ragkit.debias.attention_probe import (
+        attention_features,
+        default_probe_path,
+        fit_attention_probe,
+        spearman_fidelity,
+        top_k_agreement,
+    )
+    from ragkit.debias.icr import ICRReranker
+    from ragkit.generation import load_generator
+    from ragkit.training.labels import read_labels
+    from ragkit.training.students import split_labels
+
+    labels = read_labels(args.labels)
+    train, held = split_labels(labels, args.holdout, args.seed)
+    gen_kw: dict[str, Any] = {"device": args.device}
+    if args.passage_max_tokens is not None:
+        gen_kw["passage_max_tokens"] = args.passage_max_tokens
+    generator = load_generator(args.model, **gen_kw)
+    out = args.probe_out or default_probe_path(generator)
+    probe = fit_attention_probe(generator, [lab.question for lab in train], [lab.passages() for lab in train],
+                                [lab.u for lab in train], ridge=args.ridge, target=args.target,
+                                calibrated=not args.no_calibrate, metadata={"labels": str(args.labels)})
+    if held:
+        icr = ICRReranker(generator)
+        pred = [probe.score(attention_features(icr, lab.question, lab.passages(), probe.calibrated)) for lab in held]
+        probe.metadata["held_out_fidelity"] = {
+            "num_queries": len(held), "spearman": spearman_fidelity(pred, [lab.u for lab in held]),
+            "top3_agreement": top_k_agreement(pred, [lab.u for lab in held], 3)}
+    probe.save(out)
+    fid = probe.metadata.get("held_out_fidelity") or probe.metadata["train_fidelity"]
+    emit({"probe": str(out), **probe.metadata}, args,
+         f"fitted moi_attn probe on {len(train)} questions ({probe.layers} layers x {probe.heads} heads); "
+         f"{'held-out' if held else 'train'} fidelity: Spearman {fid['spearman']:.3f}, top-3 agreement "
+         f"{fid['top3_agreement']:.3f}; saved to {out}")
     return 0
