@@ -33,8 +33,10 @@ import sys
 import time
 from typing import Any
 
-from _harness import cpu_name, gpu_epilog, rel, shared_data, write_result
 from _shapes import SHAPES, bench_generator
+
+from ragkit.datasets import data_path
+from ragkit.eval.harness import cpu_name, gpu_epilog, rel, write_result
 
 
 class _ByParts:
@@ -67,8 +69,7 @@ def floor_tokens(gen: Any, question: str, passages: list, orderings: list[list[i
 
 
 def main(argv: list[str] | None = None) -> int:
-    epilog = gpu_epilog(
-        "moi_pipeline.py",
+    epilog = gpu_epilog("benchmarks/moi_pipeline.py",
         "--model random:llama-3-8b --device cuda --n-questions 5 --out "
         "benchmarks/results/moi_pipeline-gpu.json",
         note="random:<shape> builds random weights in a model's shape; a hub id works the same.")
@@ -80,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--passage-max-tokens", type=int, default=60)
     ap.add_argument("--max-new-tokens", type=int, default=16)
     ap.add_argument("--data-file", default=None,
-                    help="HotpotQA JSONL (default: ../shared/data/hotpotqa/dev.jsonl from the repository root, "
+                    help="HotpotQA JSONL (default: $RAGKIT_DATA/hotpotqa/dev.jsonl from the repository root, "
                          "or $RAGKIT_SHARED_DATA/hotpotqa/dev.jsonl)")
     ap.add_argument("--model", default=None,
                     help="generator (default: the embedded SmolLM2-135M-Instruct); random:<shape> for random weights "
@@ -91,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-seconds", type=float, default=480.0,
                     help="stop adding questions once this much time is spent (at least one question runs)")
     args = ap.parse_args(argv)
-    args.data_file = str(args.data_file or shared_data("hotpotqa", "dev.jsonl"))
+    args.data_file = str(args.data_file or data_path("hotpotqa", "dev.jsonl"))
 
     import numpy as np
     import torch

@@ -18,7 +18,7 @@ Designs and their estimators (:mod:`ragkit.debias.designs`, :mod:`ragkit.debias.
 
 - permutations (``cyclic``, ``prior``, ``random``): ridge utilities
   ``u = (A_cᵀA_c + λI)⁻¹(A_cᵀo_c + λ u_prior)`` (:func:`~ragkit.debias.estimators.ridge_utilities`);
-- presence (issue 20): ``loo`` (``u_p = o(full) − o(full \\ p)``), ``ablate`` (ContextCite's
+- presence: ``loo`` (``u_p = o(full) − o(full \\ p)``), ``ablate`` (ContextCite's
   Lasso/ridge surrogate on the logit of the outcome probability) and ``mixed`` (subsets in random
   orders, ``u`` and ``a`` from one alternating-least-squares regression).
 
@@ -35,21 +35,21 @@ blended with the retriever order,
 list) and ``β = 0`` for one without (an order that may carry no information), the value chosen
 on the per-question BM25 order of 10 HotpotQA train questions with the reference generator
 (``loo`` + ``question``: MRR@10 0.838 unblended, 0.950 at β = 0.7–0.85, BM25 alone 0.900;
-``benchmarks/results/moi_designs_train-qwen-bm25-cpu.json``, whose prior is the retriever ranks),
+``experiments/moi_lab/results/moi_designs_train-qwen-bm25-cpu.json``, whose prior is the retriever ranks),
 while on the random given order any β above 0.5 costs quality.
 
-Default (issue 20, chosen on HotpotQA **train**, never on reported questions): ``design="loo"``
+Default (chosen on HotpotQA **train**, never on reported questions): ``design="loo"``
 with the label-free ``question`` outcome (query likelihood of the question after the passages of
 each intervention, UPR), ``k + 1`` sequences and no generation before the final answer. On 10
 train questions (k = 10, gold-paragraph MRR@10; given order 0.485) it reached 0.914 with the
 reference generator Qwen2.5-Coder-0.5B (+0.429 [+0.203, +0.639], 11 sequences;
-``benchmarks/results/moi_designs_train-qwen-cpu.json``) and 0.842 with the embedded SmolLM2-135M
-(+0.357 [+0.130, +0.583]; ``benchmarks/results/moi_designs_train-cpu.json``), where
+``experiments/moi_lab/results/moi_designs_train-qwen-cpu.json``) and 0.842 with the embedded SmolLM2-135M
+(+0.357 [+0.130, +0.583]; ``experiments/moi_lab/results/moi_designs_train-cpu.json``), where
 ``loo``/``full_answer`` reached 0.554 / 0.475 and the permutation designs with a label-free
 outcome fell back to the given order (0.485). The former default, ``cyclic`` / ``consensus``,
 is the ``moi_cyclic`` preset.
 
-Adaptive budget (``budget="auto"``, issue 15 item 3): interventions are added in rounds and the
+Adaptive budget (``budget="auto"``): interventions are added in rounds and the
 loop stops once the top-``stable_top`` of the ranking is unchanged for a round (see :class:`MoI`).
 """
 
@@ -347,6 +347,10 @@ class MoI:
                 self._profiles[k] = PositionProfile.for_generator(self.generator, k,
                                                                   calibrate=self.calibrate_profile, seed=self.seed)
         return self._profiles[k]
+
+    def profiles_used(self) -> list[dict[str, Any]]:
+        """Where each profile this MoI has used came from (:attr:`PositionProfile.provenance`), by ``k``."""
+        return [self._profiles[k].provenance for k in sorted(self._profiles)]
 
     def blend_for(self, scores: Sequence[float] | None) -> float:
         """The blend weight ``β`` for one query: ``blend``, or with ``"auto"``

@@ -16,7 +16,7 @@ spec                      reranker
 ``moi``                   :class:`~ragkit.debias.reranker.MoIReranker` with its default: leave-one-out
                           presence design, ``question`` outcome (query likelihood; k + 1 sequences),
                           chosen on HotpotQA train (:mod:`ragkit.debias.moi`)
-``moi_cyclic``            MoI, cyclic design (M = k), ``consensus`` (the paper's setting)
+``moi_cyclic``            MoI, cyclic design (M = k), ``consensus`` (the former default)
 ``moi_prior``             MoI, prior design (M = 3), ``consensus``
 ``moi_confidence``        MoI, cyclic design, ``confidence`` outcome
 ``moi_gold``              MoI, cyclic design, ``gold`` outcome (reads reference answers: an oracle)
@@ -372,6 +372,23 @@ class Method:
         if self.placement != "bias_aware":
             return None
         return self.profile if self.profile is not None else self.reranker.profile_for(k)  # type: ignore[attr-defined]
+
+    def profiles_used(self) -> list[dict[str, Any]]:
+        """Where the position profiles used so far (placement's and the reranker's) came from.
+
+        One entry per distinct profile: ``source`` (file, cache, calibrated, embedded, flat, given),
+        the file's ``path`` and ``sha256`` when there is one, and its model, template and ``k``.
+        """
+        found: list[dict[str, Any]] = []
+        if self.placement == "bias_aware" and self.profile is not None and hasattr(self.profile, "provenance"):
+            found.append(self.profile.provenance)
+        if hasattr(self.reranker, "profiles_used"):
+            found.extend(self.reranker.profiles_used())
+        out: list[dict[str, Any]] = []
+        for p in found:
+            if p not in out:
+                out.append(p)
+        return out
 
     def run_many(
         self,

@@ -51,6 +51,7 @@ from ragkit.eval.metrics import (
     ir_metrics_per_query,
     rouge_l,
 )
+from ragkit.eval.stats import bootstrap_ci
 from ragkit.generation.base import metered
 from ragkit.io import append_jsonl, atomic_write_text, progress, resume_appended_jsonl, write_json
 from ragkit.types import Passage, QARecord, RankedList
@@ -62,6 +63,7 @@ __all__ = [
     "RANKING_METRICS",
     "answer_metrics",
     "bootstrap_ci",
+    "build_retriever",
     "candidates_for",
     "pipeline_corpus",
     "select_questions",
@@ -74,6 +76,7 @@ __all__ = [
     "run_eval",
     "DEFAULT_REPORT",
 ]
+
 
 logger = logging.getLogger(__name__)
 
@@ -235,28 +238,6 @@ def answer_metrics(dataset: str, prediction: str, answers: Sequence[str]) -> dic
     raise ValueError(f"no answer metrics for dataset {dataset!r}")
 
 
-def bootstrap_ci(
-    values: Sequence[float], n_bootstrap: int = 1000, seed: int = 0, alpha: float = 0.05
-) -> dict[str, float]:
-    """Mean with a percentile-bootstrap ``1 - alpha`` interval.
-
-    ``B`` resamples of the ``n`` values with replacement (``numpy.random.default_rng(seed)``);
-    the interval is the ``alpha/2`` and ``1 - alpha/2`` quantiles of the resampled means.
-    """
-    x = np.asarray([v for v in values if v is not None and not np.isnan(v)], dtype=float)
-    if x.size == 0:
-        return {"mean": float("nan"), "lo": float("nan"), "hi": float("nan"), "n": 0}
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, x.size, size=(max(1, n_bootstrap), x.size))
-    means = x[idx].mean(axis=1)
-    return {
-        "mean": float(x.mean()),
-        "lo": float(np.quantile(means, alpha / 2)),
-        "hi": float(np.quantile(means, 1 - alpha / 2)),
-        "n": int(x.size),
-    }
-
-
 def _load_all(cfg: EvalConfig) -> list[QARecord]:
     """Every record of the run's source (the data file whole; the bundled sample; the hub up to ``limit``)."""
     from ragkit.datasets import load_dataset, sample_records
@@ -293,15 +274,11 @@ def pipeline_corpus(cfg: EvalConfig, records: Sequence[QARecord]) -> list[Passag
     return corpus
 
 
-def _build_retriever(cfg: EvalConfig, corpus: list[Passage]) -> Any:
-    from ragkit import retrievers as R
+def build_retriever(cfg: EvalConfig, corpus: list[Passage]) -> Any:
+    """The run's retriever (:func:`ragkit.retrievers.make_retriever` of ``cfg.retriever``), indexed on ``corpus``."""
+    from ragkit.retrievers import make_retriever
 
-    if cfg.retriever == "bm25":
-        return R.BM25Retriever().index(corpus)
-    dense = R.DenseRetriever(model=cfg.embedder, device=cfg.device)
-    if cfg.retriever == "dense":
-        return dense.index(corpus)
-    return R.HybridRetriever([R.BM25Retriever(), dense], method="rrf").index(corpus)
+    return make_retriever(cfg.retriever, embedder=cfg.embedder, device=cfg.device).index(corpus)
 
 
 def candidates_for(
@@ -328,7 +305,7 @@ def candidates_for(
                 f"the records have no passages to pool for --retriever {cfg.retriever}; "
                 "use a dataset file with passages (e.g. the NQ-open oracle file) or add --corpus FILE"
             )
-        retriever = _build_retriever(cfg, corpus)
+        retriever = build_retriever(cfg, corpus)
     return list(retriever.search([r.query for r in records], k=n))
 
 
@@ -648,7 +625,7 @@ def run_eval(
                 raise ValueError(f"the records have no passages to pool for --retriever {cfg.retriever}; use a "
                                  "dataset file with passages (e.g. the NQ-open oracle file) or add --corpus FILE")
             corpus_size = len(corpus)
-            retriever = _build_retriever(cfg, corpus)
+            retriever = build_retriever(cfg, corpus)
         all_cands = candidates_for(cfg, recs, retriever)
         cands_by_id = {r.id: c for r, c in zip(recs, all_cands)}
         if generator is None:
@@ -665,8 +642,13 @@ def run_eval(
     load_s = time.perf_counter() - t_load
 
     appended = 0
-    bar = progress(range(n_todo), show=show_progress, desc="eval", unit="q") if n_todo else None
-    bar_it = iter(bar) if bar is not None else None
+    profiles: dict[str, list[dict[str, Any]]] = {}
+    # a bar advanced by whole chunks (update(n), not iteration: an iterated bar shows an item only when the
+    # next is asked for, one chunk late); smoothing=0 bases the ETA on the average rate since the start,
+    # the right one for equal chunks that finish in bursts
+    bar: Any = progress(iter(()), show=show_progress if n_todo else False, desc="eval", unit="q", total=n_todo,
+                        smoothing=0.0, delay=0)
+    bar_update = getattr(bar, "update", None)
     for m in cfg.methods:
         items = todo[m]
         if not items:
@@ -692,14 +674,15 @@ def run_eval(
             append_jsonl(partial, rows)
             for row in rows:
                 done[(m, row["qid"])] = row
-                if bar_it is not None:
-                    next(bar_it, None)
+            if bar_update is not None:
+                bar_update(len(rows))
             appended += len(rows)
             if on_chunk is not None:
                 on_chunk(appended)
-    if bar_it is not None:
-        for _ in bar_it:
-            pass
+        if hasattr(method, "profiles_used"):
+            profiles[m] = method.profiles_used()
+    if hasattr(bar, "close"):
+        bar.close()
 
     rows_final = [done[(m, r.id)] for m in cfg.methods for r in recs]
     add_ranking_metrics(rows_final, cfg.k)
@@ -714,6 +697,9 @@ def run_eval(
             "embedder": (cfg.embedder or "embedded-default") if cfg.retriever in ("dense", "hybrid") else None,
         },
         "n_questions": len(recs),
+        # which position profile each method used (file / cache / calibrated / embedded / flat, path, sha256):
+        # a cached `ragkit bias-profile` changes results, so the report names it
+        "profiles": profiles,
         "metrics": list(DATASET_METRICS[dataset]),
         "ranking_metrics": [*RANKING_METRICS, recall_key(cfg.k)],
         "protocol": {"candidates": cfg.n_candidates, "k": cfg.k, "retriever": cfg.retriever,

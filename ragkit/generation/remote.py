@@ -319,7 +319,10 @@ class RemoteGenerator:
                 if d is None:
                     part, chunk = chunk, b""
                 else:  # never more than the room left: a small bomb cannot inflate past the bound
-                    part = d.decompress(chunk, limit + 1 - len(out))
+                    try:
+                        part = d.decompress(chunk, limit + 1 - len(out))
+                    except zlib.error as e:
+                        raise RemoteServerError(f"{where} sent a {enc} body that does not decompress ({e})") from None
                     chunk = d.unconsumed_tail
                 out += part
                 if len(out) > limit:

@@ -42,6 +42,7 @@ SHARED = Path(os.environ.get("RAGKIT_SHARED_DATA", ROOT.parent / "shared" / "dat
 ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
        "RAGKIT_NO_PROGRESS": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1", "PYTHONDONTWRITEBYTECODE": "1"}
 EXPECT_RC = {"ok": 0, "error": 1, "usage": 2}
+KEEP_MARKER = "<!-- kept when the table above is regenerated -->"
 
 
 # ----------------------------------------------------------------------------- fixtures
@@ -1220,6 +1221,10 @@ def write_markdown(results: list[Result], path: Path, wall: float) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     text = "\n".join(lines) + "\n"
+    if path.exists():  # sections written by other scripts or by hand follow the marker and are kept
+        old = path.read_text(encoding="utf-8")
+        if KEEP_MARKER in old:
+            text += "\n" + old[old.index(KEEP_MARKER):]
     text = text.replace(str(Path.home()), "~")  # no machine path in the committed table
     tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)
