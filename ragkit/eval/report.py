@@ -133,7 +133,23 @@ def markdown_report(report: Mapping[str, Any]) -> str:
         f"- wall time: {report['timing']['total_seconds']:.1f} s\n\n"
     )
     header, rows = eval_table(report)
-    return head + markdown_table(header, rows) + paired_text(report)
+    return head + markdown_table(header, rows) + paired_text(report) + headline_text(report)
+
+
+def headline_text(report: Mapping[str, Any]) -> str:
+    """The headline table of a report: each method minus the baseline, Holm-corrected across the table's rows."""
+    h = report.get("headline") or {}
+    rows = h.get("rows") or []
+    if not rows:
+        return ""
+    body = [[r["contrast"], r["metric"], format_ci(r), format_ci({"mean": r["mean"], "lo": r.get("holm_lo"),
+                                                                   "hi": r.get("holm_hi")}),
+             f"{r['p']:.4f}", f"{r.get('p_holm', float('nan')):.4f}", "yes" if r.get("holds") else "no"]
+            for r in rows]
+    return (f"\nHeadline: each method minus {h['baseline']} (paired; Holm across the {h['family']} rows at "
+            f"alpha {h['alpha']}):\n\n"
+            + markdown_table(["contrast", "metric", "difference [95%]", "Holm interval", "p", "p (Holm)", "holds"],
+                             body))
 
 
 def paired_text(report: Mapping[str, Any]) -> str:

@@ -10,7 +10,8 @@ prompt (``NAME@prune``: only the passages whose leave-one-out utility is not bel
 generator answers once from them. Each answer is scored with the dataset's metrics, each ranking
 with gold-passage nDCG@10 and MRR@10, each prompt with recall@K of the gold passages; means get
 seeded percentile-bootstrap 95% intervals (Efron & Tibshirani, 1993), each method minus the first
-a paired interval.
+a paired interval, and the headline table (:func:`headline`) those differences on recall@K, nDCG@10
+and the answer metrics, Holm-corrected across all its rows.
 
 Per question and method the report keeps the candidates, the ranking, the prompt's passages, the
 gold ids, the answer, the fallback flag and the cost ledger: generator sequences, forward
@@ -73,6 +74,8 @@ __all__ = [
     "aggregate",
     "LEDGER_KEYS",
     "paired_differences",
+    "headline",
+    "HEADLINE_ANSWER_METRICS",
     "run_eval",
     "DEFAULT_REPORT",
 ]
@@ -377,6 +380,8 @@ def _row(method: str, rec: QARecord, cand: RankedList, out: Any, dataset: str, c
     for key in ("abstain", "harmful_share", "harmful"):
         if key in extra:
             row[key] = extra[key]
+    if extra.get("raw_utilities") is not None:  # MoI's utilities before blend/fallback, in candidate order
+        row["utilities"] = [round(float(u), 6) for u in extra["raw_utilities"]]
     return row
 
 
@@ -531,6 +536,61 @@ def paired_differences(
                 res[name] = bootstrap_ci(diffs, n_bootstrap, seed)
         out[f"{m} - {base}"] = res
     return out
+
+
+HEADLINE_ANSWER_METRICS: dict[str, tuple[str, ...]] = {
+    "hotpotqa": ("f1", "em"),
+    "nq-open": ("subspan_em", "f1"),
+    "msmarco": ("rouge_l", "rougeL_official"),
+}
+"""The answer metrics of the headline table, per dataset (beside recall@K and nDCG@10)."""
+
+
+def headline(
+    rows: Sequence[dict[str, Any]], dataset: str, methods: Sequence[str], k: int, n_bootstrap: int, seed: int,
+    alpha: float = 0.05,
+) -> dict[str, Any]:
+    """The headline table: each method after the first against the first, Holm-corrected across all its rows.
+
+    A row is (method, metric) for recall@K, nDCG@10 and the dataset's headline answer metrics
+    (:data:`HEADLINE_ANSWER_METRICS`): the mean paired difference with its 95% paired-bootstrap
+    interval, the two-sided bootstrap p-value (:func:`ragkit.eval.stats.paired_p_value`), the
+    Holm-adjusted p-value over the ``m`` rows of the table (:func:`ragkit.eval.stats.holm`; Holm,
+    1979) and the Holm interval: the percentile interval at level ``1 − alpha / (m − r)`` for the
+    row with the ``r``-th smallest p-value (0-based), the level Holm's step-down tests it at, so
+    "the Holm interval excludes 0" and "the adjusted p-value is below alpha" agree up to the
+    bootstrap's resolution. ``holds`` is the latter.
+    """
+    from ragkit.eval.stats import holm, paired_p_value
+
+    if len(methods) < 2:
+        return {"baseline": methods[0] if methods else None, "alpha": alpha, "rows": []}
+    base = methods[0]
+    by = {(r["method"], r["qid"]): r for r in rows}
+    metrics = (recall_key(k), "ndcg@10", *HEADLINE_ANSWER_METRICS.get(dataset, DATASET_METRICS[dataset][:1]))
+    entries: list[dict[str, Any]] = []
+    diffs_of: list[list[float]] = []
+    for m in methods[1:]:
+        qids = [q for (mm, q) in by if mm == m and (base, q) in by]
+        for name in metrics:
+            pairs = [(by[(m, q)]["metrics"][name], by[(base, q)]["metrics"][name]) for q in qids
+                     if name in by[(m, q)]["metrics"] and name in by[(base, q)]["metrics"]]
+            if not pairs:
+                continue
+            x, y = [a for a, _ in pairs], [b for _, b in pairs]
+            d = [a - b for a, b in pairs]
+            ci = bootstrap_ci(d, n_bootstrap, seed)
+            entries.append({"contrast": f"{m} - {base}", "method": m, "metric": name, "mean": ci["mean"],
+                            "lo": ci["lo"], "hi": ci["hi"], "n": ci["n"],
+                            "p": paired_p_value(x, y, seed=seed, n_boot=n_bootstrap)})
+            diffs_of.append(d)
+    adjusted = holm([e["p"] for e in entries]) if entries else []
+    order = sorted(range(len(entries)), key=lambda i: entries[i]["p"])
+    for rank, i in enumerate(order):
+        level = alpha / (len(entries) - rank)
+        hci = bootstrap_ci(diffs_of[i], n_bootstrap, seed, alpha=level)
+        entries[i].update(p_holm=adjusted[i], holm_lo=hci["lo"], holm_hi=hci["hi"], holds=bool(adjusted[i] < alpha))
+    return {"baseline": base, "alpha": alpha, "family": len(entries), "rows": entries}
 
 
 def _chunk_cost(meter: Any, seconds: float, n: int) -> dict[str, Any]:
@@ -706,6 +766,7 @@ def run_eval(
                      "corpus_passages": corpus_size, "offset": cfg.offset},
         "aggregate": agg,
         "paired": paired_differences(rows_final, dataset, cfg.methods, cfg.n_bootstrap, cfg.seed, cfg.k),
+        "headline": headline(rows_final, dataset, cfg.methods, cfg.k, cfg.n_bootstrap, cfg.seed),
         "timing": {
             "total_seconds": round(time.perf_counter() - t0, 3),
             "setup_seconds": round(load_s, 3),

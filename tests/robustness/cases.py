@@ -978,6 +978,10 @@ def cases() -> list[Case]:
           env={"RAGKIT_API_KEY": ""}, fast=True))
     add(C("serve", "--no-auth with --api-key", ["serve", "--no-auth", "--api-key", "k"], "error", r"contradict",
           fast=True))
+    for url, what in (("http://bob:s3cret@127.0.0.1:9/v1?api_key=s3cret", "nothing listening"),
+                      ("http://bob:s3cret@[::1/v1", "not a valid URL")):
+        add(C("serve", f"--model URL with a password, {what} (never shown)", ["serve", "--model", url, "--port", "0"],
+              "error", r"\*\*\*:\*\*\*@", check=_never_shows("s3cret")))
 
     # -- locks (another live process holds the output)
     for argv, target in ((["eval", "--out", "r.json", "--limit", "1"], "r.json"),
@@ -988,6 +992,12 @@ def cases() -> list[Case]:
     add(C("locks", "a lock left by a killed run is stale", ["index", "--out", "i", "--quiet"], "ok",
           r"indexed", setup=_stale_lock("i"), may_change=("i.lock",)))
     return out
+
+
+def _never_shows(secret: str) -> Check:
+    def check(cwd: Path, fx: Fixtures, r: Result) -> str | None:
+        return f"the output shows {secret!r}" if secret in r.out + r.err else None
+    return check
 
 
 # ----------------------------------------------------------------------------- setups needing a real run
