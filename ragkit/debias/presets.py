@@ -29,6 +29,9 @@ spec                      reranker
                           one sequence per passage (Sachan et al., EMNLP 2022)
 ``icr``                   :class:`~ragkit.debias.icr.ICRReranker`: calibrated query-to-passage attention,
                           two passes for all passages (Chen et al., ICLR 2025)
+``moi_attn``              :class:`~ragkit.debias.attention_probe.AttentionProbeReranker`: a ridge probe over
+                          per-head question-to-passage attention fitted to leave-one-out, one generator pass
+                          (AT2, arXiv 2504.13752; ICR); option ``probe`` (default: the committed probe)
 ``student:PATH``          :class:`~ragkit.debias.student.DistilledReranker` saved by ``ragkit distill``
 ``cross-encoder:NAME``    :class:`~ragkit.debias.cross_encoder.CrossEncoderReranker` (folder or hub id)
 ========================  ==========================================================================
@@ -46,6 +49,7 @@ name                      what it does
 ``psc_borda``/``psc_rrf`` permutation self-consistency over the cyclic rotations; ranking = PSC's
 ``moi``...``moi_masked``  the MoI reranker of the same name, bias-aware placement, one answer
 ``upr`` / ``icr``         the reranker's ranking, ranking order, one answer
+``moi_attn``              the attention probe's ranking, ranking order, one answer
 ``student:PATH``          the distilled student's ranking, ranking order, one answer
 ``cross-encoder:NAME``    a cross-encoder's ranking, ranking order, one answer
 ========================  ==========================================================================
@@ -107,6 +111,7 @@ _LM_RERANKERS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     # name: (module, class, settings it takes)
     "upr": ("ragkit.debias.upr", "UPRReranker", ()),
     "icr": ("ragkit.debias.icr", "ICRReranker", ("calibration_query", "n_std")),
+    "moi_attn": ("ragkit.debias.attention_probe", "AttentionProbeReranker", ("probe",)),
 }
 RERANKER_NAMES: tuple[str, ...] = ("none", "random", *_MOI_RERANKERS, *_LM_RERANKERS)
 """Fixed reranker specs; ``student:PATH`` and ``cross-encoder:NAME`` take an argument."""
@@ -140,6 +145,8 @@ PRESETS: dict[str, Preset] = {p.name: p for p in (
     Preset("psc_rrf", "none", "none", "psc_rrf", "permutation self-consistency, RRF"),
     Preset("upr", "upr", "none", "single", "UPR: question likelihood given each passage alone; answer once"),
     Preset("icr", "icr", "none", "single", "ICR: calibrated query-to-passage attention; answer once"),
+    Preset("moi_attn", "moi_attn", "none", "single",
+           "attention probe fitted to MoI leave-one-out, one generator pass; answer once"),
     *(Preset(n, n, "bias_aware", "single", f"MoI ({kw['design']} design, "
                                            f"{getattr(kw['outcome'], '__name__', kw['outcome'])} outcome)")
       for n, kw in _MOI_RERANKERS.items()),

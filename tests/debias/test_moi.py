@@ -119,6 +119,8 @@ FAST_METHODS = ("none", "both_ends", "psc_rrf", "moi_prior", "moi_gold")
 def test_methods_run(gen, names) -> None:
     ps = _passages(3)
     for name in names:
+        if name == "moi_attn":  # needs a fitted probe: tests/debias/test_rerank_contract.py runs it with one
+            continue
         m = get_method(name, gen, max_new_tokens=2)
         outs = m.run_many(["Which word is number 2?", "Name a word?"], [ps, ps[:2]],
                          answers=[["charlie"], ["alpha"]])
