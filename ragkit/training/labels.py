@@ -467,7 +467,7 @@ def generate_labels(
     logger.info("labelling %d questions (%d already in %s, %d unusable)",
                 len(todo), skipped_existing, path, skipped_unusable)
 
-    moi = MoI(generator, design=design, outcome="gold", **dict(moi_kwargs or {}))
+    moi = MoI.from_settings(generator, design=design, outcome="gold", **dict(moi_kwargs or {}))
     gen_name = str(getattr(generator, "name", "") or "")
     written = calls = 0
     t0 = time.perf_counter()
