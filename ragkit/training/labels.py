@@ -487,7 +487,7 @@ def generate_labels(
 
     if outcome not in ("gold", "question"):
         raise ValueError(f"label outcome must be 'gold' (reference answer) or 'question' (label-free), got {outcome!r}")
-    moi = MoI(generator, design=design, outcome=outcome, **dict(moi_kwargs or {}))
+    moi = MoI.from_settings(generator, design=design, outcome=outcome, **dict(moi_kwargs or {}))
     gen_name = str(getattr(generator, "name", "") or "")
     written = calls = 0
     t0 = time.perf_counter()
