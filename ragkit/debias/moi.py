@@ -49,8 +49,9 @@ reference generator Qwen2.5-Coder-0.5B (+0.429 [+0.203, +0.639], 11 sequences;
 outcome fell back to the given order (0.485). The former default, ``cyclic`` / ``consensus``,
 is the ``moi_cyclic`` preset.
 
-Adaptive budget (``budget="auto"``): interventions are added in rounds and the
-loop stops once the top-``stable_top`` of the ranking is unchanged for a round (see :class:`MoI`).
+Adaptive budget (``budget="auto"`` on a design, :mod:`ragkit.debias.interventions`): interventions
+are added in the design's rounds and the loop stops once the top-``stable_top`` of the ranking
+(of the estimated utilities, before any fallback) is unchanged for a round.
 """
 
 from __future__ import annotations
