@@ -93,6 +93,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     lab.add_argument("--design", default="loo", choices=("loo", "ablate", "mixed", "cyclic", "prior", "random"),
                      help="MoI design (default loo: the full prompt and each passage left out, k + 1 sequences; "
                           "gold-paragraph MRR@10 0.765 on HotpotQA train vs 0.420 for cyclic, the k rotations)")
+    lab.add_argument("--outcome", default="gold", choices=("gold", "question", "passages"),
+                     help="gold: log-prob of the reference answer (oracle, default); question: query likelihood "
+                          "(label-free, what `moi` runs at inference); passages: 1 for the data's gold passages, "
+                          "else 0 (no generator)")
+    lab.add_argument("--retriever", default="given", choices=("given", "bm25", "dense", "hybrid"),
+                     help="candidates: the record's own passages (given, default) or the first stage's top "
+                          "--candidates over the pooled corpus (the pipeline protocol: bm25, 20)")
+    lab.add_argument("--candidates", type=positive_int, default=20, help="first-stage depth with --retriever")
+    lab.add_argument("--pool-file", action="append", default=[],
+                     help="dataset files whose passages join the retriever's corpus (HotpotQA: dev.jsonl)")
     lab.add_argument("--profile", default=None, help="position-bias profile JSON (default: flat)")
     lab.add_argument("--batch-queries", type=positive_int, default=4, help="questions per batched MoI call")
     lab.add_argument("--passage-max-tokens", type=int, default=None, help="truncate each passage in the prompt")
@@ -167,6 +177,17 @@ def _labels(args: argparse.Namespace) -> int:
     from ragkit.training.labels import generate_labels
 
     records = load_dataset(args.dataset or "auto", args.data_file, limit=args.limit)
+    if args.retriever != "given":
+        records = _with_candidates(args, records)
+    if args.outcome == "passages":
+        from ragkit.training.labels import passage_labels, write_labels
+
+        labs = passage_labels(records)
+        write_labels(args.out, labs)  # free to make: written whole (atomically), never appended
+        emit({"path": args.out, "written": len(labs), "skipped": len(records) - len(labs)}, args,
+             f"wrote {len(labs)} gold-passage labels ({len(records) - len(labs)} questions without both a gold and "
+             f"a non-gold candidate skipped) -> {args.out}")
+        return 0
     gen_kw: dict[str, Any] = {"device": args.device}
     if args.passage_max_tokens is not None:
         gen_kw["passage_max_tokens"] = args.passage_max_tokens
@@ -184,6 +205,7 @@ def _labels(args: argparse.Namespace) -> int:
         resume=not args.no_resume,
         design=args.design,
         moi_kwargs=moi_kwargs,
+        outcome=args.outcome,
     )
     emit(stats.to_dict(), args,
          f"labelled {stats.written} questions ({stats.skipped_existing} already there, "
@@ -228,3 +250,19 @@ def _probe(args: argparse.Namespace) -> int:
          f"{'held-out' if held else 'train'} fidelity: Spearman {fid['spearman']:.3f}, top-3 agreement "
          f"{fid['top3_agreement']:.3f}; saved to {out}")
     return 0
+
+
+def _with_candidates(args: argparse.Namespace, records: list[Any]) -> list[Any]:
+    """The records with the first stage's top ``--candidates`` (pooled corpus) as their passages."""
+    import dataclasses
+
+    from ragkit.datasets import load_dataset
+    from ragkit.eval.runner import EvalConfig, candidates_for
+
+    pool = list(records)
+    for f in args.pool_file:
+        pool += load_dataset(args.dataset or "auto", f)
+    cfg = EvalConfig(dataset=args.dataset or "auto", retriever=args.retriever, candidates=args.candidates,
+                     k=args.candidates, device=args.device)
+    cands = candidates_for(cfg, records, pool=pool)
+    return [dataclasses.replace(r, passages=tuple(h.passage for h in c)) for r, c in zip(records, cands)]
