@@ -24,8 +24,10 @@ same saving offline.
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -115,15 +117,9 @@ class CrossEncoderReranker(Reranker):
         self.show_progress = show_progress
         self.max_batch_tokens = max_batch_tokens
         self.forward_cost_tokens = forward_cost_tokens
-        self.forward_passes = 0
-        self.pairs_requested = 0
-        self.pairs_scored = 0
-        self.padded_tokens = 0
-        self.real_tokens = 0
         self.long_docs = long_docs
-        self.docs_truncated = 0
-        self.docs_chunked = 0
         self.last_long_docs: list[LongDocStats] = []
+        self._reset_counters()
 
     @property
     def long_docs(self) -> LongDocs:
@@ -162,10 +158,48 @@ class CrossEncoderReranker(Reranker):
     def from_pretrained(
         cls, name_or_path: str, *, device: str = "auto", batch_size: int = 64, max_length: int | None = None,
         max_batch_tokens: int | None = None, forward_cost_tokens: int = 128, long_docs: LongDocs | None = None,
+        backend: str = "torch",
     ) -> CrossEncoderReranker:
-        """Load a one-output cross-encoder from a folder or a hub id (scores are raw logits)."""
-        return cls(_load_cross_encoder(name_or_path, device=device, max_length=max_length), batch_size=batch_size,
-                   max_batch_tokens=max_batch_tokens, forward_cost_tokens=forward_cost_tokens, long_docs=long_docs)
+        """Load a one-output cross-encoder from a folder or a hub id (scores are raw logits).
+
+        ``backend``: ``"torch"``, ``"onnx"`` or ``"onnx-int8"`` (ONNX Runtime, exported once and
+        cached; :mod:`ragkit.debias.onnx_encoder`).
+        """
+        rr = cls(_load_cross_encoder(name_or_path, device=device, max_length=max_length), batch_size=batch_size,
+                 max_batch_tokens=max_batch_tokens, forward_cost_tokens=forward_cost_tokens, long_docs=long_docs)
+        return rr.with_backend(backend, source=name_or_path) if backend != "torch" else rr
+
+    @property
+    def backend(self) -> str:
+        """The encoder's backend: ``"torch"``, ``"onnx"`` or ``"onnx-int8"``."""
+        return str(getattr(self.model, "backend", "torch"))
+
+    def with_backend(self, backend: str, source: str | None = None, threads: int | None = None) -> CrossEncoderReranker:
+        """This reranker on another encoder backend: a copy with the same weights, settings and
+        metadata, its counters at zero.
+
+        ``"onnx"`` and ``"onnx-int8"`` run the exported graph with ONNX Runtime
+        (:func:`ragkit.debias.onnx_encoder.to_backend`; ``source``: the model's folder, whose own
+        ``onnx/`` files are used when present; ``threads``: ONNX Runtime's intra-op threads).
+        ``"torch"`` returns the reranker itself when it already runs on torch.
+        """
+        from ragkit.debias.onnx_encoder import check_backend, to_backend
+
+        check_backend(backend)
+        if backend == self.backend:
+            return self
+        if self.backend != "torch":
+            raise ValueError(f"this reranker runs on {self.backend}; load the model again with backend={backend!r}")
+        clone = copy.copy(self)
+        clone.model = to_backend(self.model, backend, source=source if source and Path(source).is_dir() else None,
+                                 threads=threads)
+        clone._reset_counters()
+        return clone
+
+    def _reset_counters(self) -> None:
+        self.forward_passes = self.pairs_requested = self.pairs_scored = 0
+        self.padded_tokens = self.real_tokens = self.docs_truncated = self.docs_chunked = 0
+        self.last_long_docs = []
 
     def score_pairs(self, queries: Sequence[str], passages: Sequence[Sequence[Passage]]) -> list[np.ndarray]:
         """Raw scores, one array per query, from ONE batched ``predict`` over all pairs (no deduplication

@@ -117,13 +117,14 @@ class DistilledReranker(CrossEncoderReranker):
     def from_pretrained(
         cls, name_or_path: str | os.PathLike[str], *, device: str = "auto", batch_size: int = 64,
         max_length: int | None = None, max_batch_tokens: int | None = None, forward_cost_tokens: int = 128,
-        long_docs: LongDocs | None = None,
+        long_docs: LongDocs | None = None, backend: str = "torch",
     ) -> DistilledReranker:
         """A student from a local folder or a Hugging Face Hub id, or any one-output cross-encoder.
 
         A folder written by :meth:`save_pretrained` (it holds ``ragkit_distill.json``) loads with its
         training metadata (:meth:`load`); so does a hub repository made by :meth:`push_to_hub`.
         Anything else that ``sentence_transformers.CrossEncoder`` loads is wrapped as is.
+        ``backend``: ``"torch"``, ``"onnx"`` or ``"onnx-int8"`` (:meth:`with_backend`).
         """
         p = Path(name_or_path)
         if p.is_dir() and (p / META_FILE).exists():
@@ -131,7 +132,7 @@ class DistilledReranker(CrossEncoderReranker):
                                forward_cost_tokens=forward_cost_tokens, long_docs=long_docs)
             if max_length is not None:
                 student.model.max_length = max_length
-            return student
+            return student.with_backend(backend, source=str(p))
         meta: dict[str, Any] = {"base_model": str(name_or_path)}
         if not p.exists():  # a hub id: its ragkit metadata, when the repository has some
             try:
@@ -145,15 +146,16 @@ class DistilledReranker(CrossEncoderReranker):
                             META_FILE, type(e).__name__)
         plain = CrossEncoderReranker.from_pretrained(str(name_or_path), device=device, max_length=max_length)
         return cls(plain.model, meta, batch_size=batch_size, max_batch_tokens=max_batch_tokens,
-                   forward_cost_tokens=forward_cost_tokens, long_docs=long_docs)
+                   forward_cost_tokens=forward_cost_tokens, long_docs=long_docs).with_backend(
+            backend, source=str(name_or_path))
 
     @classmethod
     def load(cls, path: str | os.PathLike[str], *, device: str = "auto", batch_size: int = 64,
              max_batch_tokens: int | None = None, forward_cost_tokens: int = 128,
-             long_docs: LongDocs | None = None) -> DistilledReranker:
+             long_docs: LongDocs | None = None, backend: str = "torch") -> DistilledReranker:
         """Load a student saved by :meth:`save` (or by ``ragkit distill``); ``max_batch_tokens`` and
-        ``forward_cost_tokens`` set its length buckets and ``long_docs`` its long-document rule
-        (:class:`CrossEncoderReranker`)."""
+        ``forward_cost_tokens`` set its length buckets, ``long_docs`` its long-document rule and
+        ``backend`` its encoder backend (:class:`CrossEncoderReranker`)."""
         import torch
         from sentence_transformers import CrossEncoder
 
@@ -177,8 +179,9 @@ class DistilledReranker(CrossEncoderReranker):
             raise ValueError(f"{meta_path}: unknown format {meta.get('format')!r}; expected {_META_FORMAT!r}")
         model = CrossEncoder(str(p), device=resolve_device(device), activation_fn=torch.nn.Identity(),
                              local_files_only=True)
-        return cls(model, meta.get("metadata", {}), batch_size=batch_size, max_batch_tokens=max_batch_tokens,
-                   forward_cost_tokens=forward_cost_tokens, long_docs=long_docs)
+        student = cls(model, meta.get("metadata", {}), batch_size=batch_size, max_batch_tokens=max_batch_tokens,
+                      forward_cost_tokens=forward_cost_tokens, long_docs=long_docs)
+        return student.with_backend(backend, source=str(p))
 
     def save_pretrained(self, path: str | os.PathLike[str], overwrite: bool = False,
                         card: bool = True) -> Path:
