@@ -155,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
             moi = MoI(gen, design=design, budget=budget, outcome=oc, max_new_tokens=args.max_new_tokens,
                       **({"profile": profile} if profile is not None else {}))
             t0 = time.perf_counter()
-            res = moi.run_many(qs, ps, answers_list=answers if oc == "gold" else None, generate_answer=False)
+            res = moi.run_batch(qs, ps, answers_list=answers if oc == "gold" else None, generate_answer=False)
             dt = time.perf_counter() - t0
             mets = [rank_metrics(r.ranking.ids(), g, args.k) for r, g in zip(res, golds)]
             mrr = np.array([m for m, _ in mets])

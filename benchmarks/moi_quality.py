@@ -355,10 +355,10 @@ def main(argv: list[str] | None = None) -> int:
                 "answer": o.answer, "ranking": o.ranking.ids(), "order": o.order,
                 "generator_calls": o.generator_calls, "seconds": dt,
             }
-            last = getattr(runners[m].reranker, "last_results", None)
-            if last and last[0].raw_utilities is not None:  # MoI: its raw utilities and fallback, for the blend table
-                row["methods"][m]["utilities"] = [float(x) for x in last[0].raw_utilities]
-                row["methods"][m]["fallback"] = bool(last[0].fallback)
+            raw = o.ranking.info.details.get("raw_utilities")
+            if raw is not None:  # MoI: its raw utilities and fallback, for the blend table
+                row["methods"][m]["utilities"] = [float(x) for x in raw]
+                row["methods"][m]["fallback"] = bool(o.ranking.info.fallback)
         if rec.id not in kept:
             rows.append(row)
         write(False)

@@ -159,12 +159,13 @@ def load_msmarco(
 
 
 def _open_text(p: Path) -> Any:
-    """Open a text file, gunzipping it when its first bytes are the gzip magic number."""
+    """Open a text file, gunzipping it when its first bytes are the gzip magic number; a UTF-8
+    byte-order mark at its start is dropped (``utf-8-sig``)."""
     with open(p, "rb") as f:
         magic = f.read(2)
     if magic == b"\x1f\x8b":
-        return gzip.open(p, "rt", encoding="utf-8")
-    return open(p, encoding="utf-8")
+        return gzip.open(p, "rt", encoding="utf-8-sig")
+    return open(p, encoding="utf-8-sig")
 
 
 def _is_columnwise(obj: Mapping[str, Any]) -> bool:

@@ -528,7 +528,8 @@ def atomic_dir(path: str | os.PathLike[str], kind: str, overwrite: bool = False)
 
 
 def iter_text_lines(path: str | os.PathLike[str]) -> Iterator[tuple[int, str]]:
-    """``(line number, line)`` of a text file, gunzipped when its first bytes are the gzip magic number.
+    """``(line number, line)`` of a text file, gunzipped when its first bytes are the gzip magic number;
+    a UTF-8 byte-order mark at its start is dropped.
 
     A truncated or damaged gzip stream and bytes that are not UTF-8 raise ``ValueError`` naming the
     file and the line reached (they were ``EOFError``/``UnicodeDecodeError`` tracebacks before).
@@ -540,7 +541,8 @@ def iter_text_lines(path: str | os.PathLike[str]) -> Iterator[tuple[int, str]]:
         gz = raw.read(2) == b"\x1f\x8b"
     i = 0
     try:
-        with (gzip.open(path, "rt", encoding="utf-8") if gz else open(path, encoding="utf-8")) as f:
+        # utf-8-sig: a byte-order mark at the start (Windows editors write one) is read, not an error
+        with (gzip.open(path, "rt", encoding="utf-8-sig") if gz else open(path, encoding="utf-8-sig")) as f:
             for i, line in enumerate(f, 1):
                 yield i, line
     except (EOFError, gzip.BadGzipFile, zlib.error) as e:  # a truncated or damaged .gz
@@ -603,7 +605,8 @@ def read_appended_jsonl(path: str | os.PathLike[str], with_lines: bool = False) 
     if not path.exists():
         return []
     data = path.read_bytes()
-    lines = data.split(b"\n")
+    bom = b"\xef\xbb\xbf" if data.startswith(b"\xef\xbb\xbf") else b""  # a byte-order mark is read, not damage
+    lines = data[len(bom):].split(b"\n")
     # ``lines[-1]`` is what follows the last newline: empty for a clean file, else an unterminated tail
     body, tail = lines[:-1], lines[-1]
     out: list[Any] = []
@@ -652,7 +655,8 @@ def append_jsonl(path: str | os.PathLike[str], rows: Iterable[dict[str, Any]]) -
         os.fsync(f.fileno())
 
 
-def resume_appended_jsonl(path: str | os.PathLike[str], header: dict[str, Any], resume: bool, key: str) -> list[Any]:
+def resume_appended_jsonl(path: str | os.PathLike[str], header: dict[str, Any], resume: bool, key: str,
+                          with_lines: bool = False) -> list[Any]:
     """Open the append-only file of a resumable run: the rows already done, after a header line.
 
     The file's first line is ``header``; ``header[key]`` fingerprints the settings that produced
@@ -660,19 +664,21 @@ def resume_appended_jsonl(path: str | os.PathLike[str], header: dict[str, Any], 
     tail is repaired by :func:`read_appended_jsonl`). A file without a complete header (new, empty,
     or torn while the header was written) holds nothing, so it is started over with ``header``.
     ``resume=False`` deletes the file first. Another fingerprint raises ``ValueError``: those rows
-    are another run's work and are never mixed in nor silently deleted.
+    are another run's work and are never mixed in nor silently deleted. ``with_lines``: return
+    ``(line number, row)`` pairs (for callers that validate the rows and name a bad line).
     """
     path = Path(path)
     if path.exists() and not resume:
         path.unlink()
-    rows = read_appended_jsonl(path)
+    numbered = read_appended_jsonl(path, with_lines=True)
+    rows = [r for _, r in numbered]
     if rows and (not isinstance(rows[0], dict) or rows[0].get(key) != header[key]):
         raise ValueError(f"{path} was written by a run with other settings; pass --no-resume to start over "
                          "or choose another --out")
     if not rows:
         path.unlink(missing_ok=True)
         append_jsonl(path, [header])
-    return rows[1:]
+    return numbered[1:] if with_lines else rows[1:]
 
 
 class LockedError(RuntimeError):

@@ -9,12 +9,19 @@ Backends (one file each under :mod:`ragkit.debias`): ``MoIReranker``, ``Distille
 ``CrossEncoderReranker``, ``IdentityReranker`` and ``RandomReranker``; build any of them from a
 string with :func:`ragkit.debias.get_reranker`. A new backend implements :meth:`Reranker._rank_many`
 on validated inputs, and sets :attr:`needs_answers` when it reads reference answers.
+
+A reranker returns everything it knows on the rankings themselves: each ``RankedList`` carries a
+frozen :class:`~ragkit.types.RankInfo` (generator calls, forward passes, tokens, seconds, whether
+it fell back to the input order and why, backend diagnostics). Nothing is kept on the reranker,
+so concurrent calls on one reranker (``arank_many`` from several tasks) cannot read each other's
+results.
 """
 
 from __future__ import annotations
 
 import asyncio
 import math
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -37,14 +44,10 @@ class Reranker(ABC):
         ``True`` when the reranker reads the reference answers carried by the :class:`Query`
         (an oracle such as MoI with the ``gold`` outcome); evaluation passes the gold answers
         only to such rerankers.
-    last_generator_calls
-        Generator sequences each query of the last :meth:`rank_many` call cost (all zeros for
-        rerankers that use no generator). A diagnostic of the last call, not thread-safe.
     """
 
     name: str = "reranker"
     needs_answers: bool = False
-    last_generator_calls: list[int]
 
     def rank(
         self,
@@ -67,7 +70,8 @@ class Reranker(ABC):
         Returns
         -------
         RankedList
-            The passages best first; ``score`` is the reranker's own score.
+            The passages best first; ``score`` is the reranker's own score; ``info`` its cost and
+            diagnostics (:class:`~ragkit.types.RankInfo`).
         """
         return self.rank_many([query], [passages], None if scores is None else [scores])[0]
 
@@ -77,7 +81,11 @@ class Reranker(ABC):
         passages: Sequence[Sequence[PassageLike]],
         scores: Sequence[Sequence[float] | None] | None = None,
     ) -> list[RankedList]:
-        """Rerank several queries' candidates in batched model calls (one ``RankedList`` each)."""
+        """Rerank several queries' candidates in batched model calls (one ``RankedList`` each).
+
+        Each list's ``info`` holds the backend's per-query diagnostics, the wall-clock ``seconds``
+        of this call and ``batch_queries = len(queries)`` (the call's cost is shared by them).
+        """
         if len(queries) != len(passages):
             raise ValueError(f"{len(queries)} queries but {len(passages)} passage lists")
         if scores is not None and len(scores) != len(queries):
@@ -96,11 +104,12 @@ class Reranker(ABC):
                 raise ValueError(f"retriever score {bad[0][1]} of passage {bad[0][0]!r} is not a finite number"
                                  f"{f' (and {len(bad) - 1} more)' if len(bad) > 1 else ''}; give every passage "
                                  "a finite score, or none at all")
-        self.last_generator_calls = [0] * len(qs)
+        t0 = time.perf_counter()
         out = self._rank_many(qs, ps, sc)
+        seconds = time.perf_counter() - t0
         if len(out) != len(qs):  # a backend bug, not a user error
             raise RuntimeError(f"{type(self).__name__} returned {len(out)} rankings for {len(qs)} queries")
-        return out
+        return [rk.with_(info=rk.info.with_(seconds=seconds, batch_queries=len(qs))) for rk in out]
 
     async def arank(
         self,
@@ -127,7 +136,9 @@ class Reranker(ABC):
         passages: list[list[Passage]],
         scores: list[list[float] | None],
     ) -> list[RankedList]:
-        """Rank validated inputs; one ``RankedList`` per query."""
+        """Rank validated inputs; one ``RankedList`` per query, its ``info`` filled with what the
+        backend knows (generator cost, fallback); ``seconds`` and ``batch_queries`` are set by
+        :meth:`rank_many`."""
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r})"

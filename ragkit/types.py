@@ -1,18 +1,21 @@
 """Small, frozen value types shared by every part of ragkit.
 
 ``Passage`` and ``Query`` are inputs, ``Hit`` is one scored passage and ``RankedList`` is the
-result of a retriever or a reranker for one query. They are frozen dataclasses, so they compare
+result of a retriever or a reranker for one query; its ``info`` (:class:`RankInfo`) carries what
+the reranker knows besides the order (cost, fallback, diagnostics), so that a ranking returns its
+whole answer and concurrent calls never share state. They are frozen dataclasses, so they compare
 by value and can be used as dictionary keys (``metadata`` is excluded from hashing).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
 from typing import Any
 
-__all__ = ["Passage", "Query", "Hit", "RankedList", "QARecord", "RagkitError", "MissingExtraError", "EXTRAS",
-           "missing_modules", "require_extra", "as_passages", "as_query"]
+__all__ = ["Passage", "Query", "Hit", "RankInfo", "RankedList", "QARecord", "RagkitError", "MissingExtraError",
+           "EXTRAS", "missing_modules", "require_extra", "as_passages", "as_query"]
 
 
 class RagkitError(Exception):
@@ -178,6 +181,70 @@ class Hit:
 
 
 @dataclass(frozen=True)
+class RankInfo:
+    """What a reranker knows about one ranking besides the order: its cost and its diagnostics.
+
+    It travels on the ranking (:attr:`RankedList.info`) instead of on the reranker, so each call
+    gets its own, also when calls run concurrently.
+
+    Attributes
+    ----------
+    generator_calls
+        Sequences this query sent through the generator (interventions generated or scored, the
+        final answer); 0 for rerankers without a generator.
+    forward_passes, tokens_prefilled, tokens_generated, seconds
+        Model forward passes, prompt tokens run through the model, tokens decoded and wall-clock
+        seconds of the call that produced this ranking. A batched call cannot split them per
+        query: they are the whole call's, shared by its ``batch_queries`` queries (``rank`` is a
+        batch of one). Token counts are 0 where the backend does not count them (a remote server).
+    batch_queries
+        Queries ranked by that call.
+    fallback
+        ``True`` when the reranker gave up and returned the input (retriever) order, e.g. MoI's
+        interventions did not separate the passages; ``fallback_reason`` says why.
+    fallback_reason
+        One sentence naming why (``""`` without a fallback).
+    details
+        Backend diagnostics, JSON-ready (MoI: utilities, outcomes, interventions, prompt order, ...);
+        read-only.
+    """
+
+    generator_calls: int = 0
+    forward_passes: int = 0
+    tokens_prefilled: int = 0
+    tokens_generated: int = 0
+    seconds: float = 0.0
+    batch_queries: int = 1
+    fallback: bool = False
+    fallback_reason: str = ""
+    details: Mapping[str, Any] = field(default_factory=dict, hash=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.details, MappingProxyType):
+            object.__setattr__(self, "details", MappingProxyType(dict(self.details)))
+
+    def with_(self, **changes: Any) -> RankInfo:
+        """A copy with ``changes`` applied (``dataclasses.replace``)."""
+        return replace(self, **changes)
+
+    def to_dict(self, details: bool = True) -> dict[str, Any]:
+        """JSON-ready dict (``details=False``: the cost and fallback fields only)."""
+        out: dict[str, Any] = {
+            "generator_calls": self.generator_calls,
+            "forward_passes": self.forward_passes,
+            "tokens_prefilled": self.tokens_prefilled,
+            "tokens_generated": self.tokens_generated,
+            "seconds": self.seconds,
+            "batch_queries": self.batch_queries,
+            "fallback": self.fallback,
+            "fallback_reason": self.fallback_reason,
+        }
+        if details:
+            out["details"] = dict(self.details)
+        return out
+
+
+@dataclass(frozen=True)
 class RankedList:
     """Ranked hits for one query, best first.
 
@@ -187,10 +254,14 @@ class RankedList:
         Hits in rank order; their ``rank`` fields are 0..n-1.
     query
         The query these hits answer (optional).
+    info
+        The reranker's cost and diagnostics for this ranking (:class:`RankInfo`; empty for a
+        retriever's list). Not compared or hashed: two lists with the same hits are equal.
     """
 
     hits: tuple[Hit, ...]
     query: Query | None = None
+    info: RankInfo = field(default_factory=RankInfo, compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.hits, tuple):
@@ -198,14 +269,19 @@ class RankedList:
 
     @classmethod
     def from_scores(
-        cls, passages: Sequence[Passage], scores: Sequence[float], query: Query | None = None
+        cls, passages: Sequence[Passage], scores: Sequence[float], query: Query | None = None,
+        info: RankInfo | None = None,
     ) -> RankedList:
         """Sort ``passages`` by ``scores`` (descending; ties keep the input order)."""
         if len(passages) != len(scores):
             raise ValueError(f"{len(passages)} passages but {len(scores)} scores")
         order = sorted(range(len(passages)), key=lambda i: (-float(scores[i]), i))
         hits = tuple(Hit(passages[i], float(scores[i]), r) for r, i in enumerate(order))
-        return cls(hits, query)
+        return cls(hits, query, info if info is not None else RankInfo())
+
+    def with_(self, query: Query | None = None, info: RankInfo | None = None) -> RankedList:
+        """The same hits with another ``query`` and/or ``info`` (the others kept)."""
+        return RankedList(self.hits, self.query if query is None else query, self.info if info is None else info)
 
     def __len__(self) -> int:
         return len(self.hits)
@@ -220,7 +296,7 @@ class RankedList:
         """The first ``k`` hits as a new ``RankedList``."""
         if k <= 0:
             raise ValueError(f"k must be >= 1, got {k}")
-        return RankedList(self.hits[:k], self.query)
+        return RankedList(self.hits[:k], self.query, self.info)
 
     def ids(self) -> list[str]:
         """Passage ids in rank order."""

@@ -93,4 +93,4 @@ def test_pipeline_async_and_default_kwargs(parts) -> None:
     a, b = rag.ask(q), asyncio.run(rag.aask(q))
     assert a.to_dict() == b.to_dict() and rag.moi is rag.reranker.moi
     # the bias-aware prompt order is MoI's own placement of its ranking
-    assert [p.id for p in a.prompt_order] == [p.id for p in rag.reranker.last_results[0].passages()]
+    assert [p.id for p in a.prompt_order] == [a.retrieved[j].passage.id for j in a.ranking.info.details["order"]]

@@ -60,16 +60,16 @@ from _harness import write_result  # noqa: E402
 
 STEPS = ("moi", "generate", "cord", "dense", "serve", "moi_qwen")
 
-# Per measurement: (share of the time limit in full mode, least seconds worth starting with,
-# JSON name stem, needs CUDA outside --smoke). The shares add up to < 1 so that the summary
-# and the watchdog's margin fit.
+# Per measurement: (weight, least seconds worth starting with, JSON name stem). A measurement's
+# deadline in full mode is its weight's share of the time still left among the measurements
+# still to run, so time one leaves unused goes to those after it.
 PLAN: dict[str, tuple[float, float, str]] = {
-    "moi": (0.25, 40.0, "moi-llama-3-8b"),
+    "moi": (0.30, 40.0, "moi-llama-3-8b"),
     "generate": (0.10, 20.0, "generate-llama-3-8b"),
     "cord": (0.15, 30.0, "cord-llama-3-8b"),
     "dense": (0.08, 15.0, "dense-minilm-l6"),
-    "serve": (0.20, 40.0, "serve-minilm-l6"),
-    "moi_qwen": (0.14, 40.0, "moi-qwen2.5-7b"),
+    "serve": (0.22, 40.0, "serve-minilm-l6"),
+    "moi_qwen": (0.15, 40.0, "moi-qwen2.5-7b"),
 }
 
 PACKAGES = ("torch", "transformers", "tokenizers", "huggingface-hub", "safetensors", "sentence-transformers",
@@ -246,11 +246,11 @@ class Kit:
         dog = self.watchdog()
         ctx = _measure.Ctx(device=self.device, smoke=self.smoke, tmp=_measure.new_tmp())
         conf = settings(self.smoke)
+        todo = [n for n in STEPS if not self.only or n in self.only]
         try:
-            for name in STEPS:
-                if self.only and name not in self.only:
-                    continue
-                share, least, _ = PLAN[name]
+            for i, name in enumerate(todo):
+                weight, least, _ = PLAN[name]
+                share = weight / sum(PLAN[n][0] for n in todo[i:])
                 started = time.perf_counter()
                 left = self.end - started - 10.0  # room for the summary
                 if not self.smoke and not self.device.startswith("cuda"):
@@ -261,7 +261,7 @@ class Kit:
                     self.record(name, {"reason": f"time limit: {max(left, 0):.0f} s left, {name} needs at least "
                                                  f"{least:.0f} s"}, "skipped", started)
                     continue
-                ctx.deadline = started + (left if self.smoke else min(left, share * self.time_limit))
+                ctx.deadline = started + (left if self.smoke else share * left)
                 self.current = name
                 print(f"[{time.perf_counter() - self.t0:6.1f} s] {name} ...", flush=True)
                 try:
@@ -273,7 +273,7 @@ class Kit:
                     payload = {"reason": f"{type(e).__name__}: {str(e)[:800]}",
                                "traceback": traceback.format_exc()[-4000:]}
                     status = "error"
-                if name in ("cord", "moi_qwen") or name == STEPS[-1]:
+                if name in ("cord", "moi_qwen") or name == todo[-1]:
                     ctx.release()
                 else:
                     _measure.free_memory()
@@ -306,7 +306,10 @@ def main(argv: list[str] | None = None, hard_exit: bool = True) -> int:
         ap.error(f"unknown measurement(s) {', '.join(bad)}; choose from {', '.join(STEPS)}")
     if a.time_limit <= 0:
         ap.error("--time-limit must be positive")
-    os.environ.setdefault("RAGKIT_NO_PROGRESS", "1")
+    # the GPU machine reaches no hub: a lookup would wait for its network timeout instead of failing fast
+    for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE", "HF_HUB_DISABLE_TELEMETRY",
+                "RAGKIT_NO_PROGRESS"):
+        os.environ.setdefault(var, "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     logging.basicConfig(level=logging.WARNING)
     from ragkit.models import check_device, resolve_device

@@ -3,12 +3,43 @@
 from __future__ import annotations
 
 import argparse
+import logging
 from typing import Any
 
 from ragkit.cli._common import add_k_arg, add_model_args, add_output_args, emit
 from ragkit.cli.rerank import add_moi_args, moi_kwargs_from_args, profile_from_args
 
 __all__ = ["register"]
+
+logger = logging.getLogger(__name__)
+
+
+MIN_PASSAGE_TOKENS = 16
+"""Fewest tokens of its own a passage must get in the prompt to say anything (-k above that is refused)."""
+WARN_PASSAGE_TOKENS = 64
+"""Below this many tokens per passage, ``-k`` is allowed but warned about (most passages get cut)."""
+
+
+def _check_k_fits(k: int, generator: Any) -> None:
+    """Refuse a ``-k`` whose passages cannot all fit the generator's context window.
+
+    ``k`` passages share ``max_length - answer_reserve`` tokens; with fewer than
+    :data:`MIN_PASSAGE_TOKENS` each, every passage would be cut to (almost) nothing and the model
+    would run full-context prompts over empty passages (MoI scores many orderings of them).
+    """
+    room = int(getattr(generator, "max_length", 0) or 0) - int(getattr(generator, "answer_reserve", 0) or 0)
+    if room <= 0:
+        return
+    per = room // k
+    if per < MIN_PASSAGE_TOKENS:
+        raise ValueError(
+            f"-k {k}: {k} passages cannot share the model's context of {room:,} tokens (about {per} tokens "
+            f"each, and at least {MIN_PASSAGE_TOKENS} are needed to keep anything of a passage); use -k "
+            f"{max(1, room // WARN_PASSAGE_TOKENS)} or less")
+    if per < WARN_PASSAGE_TOKENS:
+        logger.warning("-k %d: the %d passages share a context of %d tokens (about %d tokens each): longer "
+                       "passages are cut; -k %d or less keeps more of each", k, k, room, per,
+                       max(1, room // WARN_PASSAGE_TOKENS))
 
 
 def _ask(args: argparse.Namespace) -> int:
@@ -22,6 +53,7 @@ def _ask(args: argparse.Namespace) -> int:
                       "calibrate_profile": args.calibrate_profile}
     rag = RAGPipeline.default(index=args.index, model=args.model, use_moi=not args.no_moi, k=args.k,
                               device=args.device, passage_max_tokens=args.passage_max_tokens, **moi_kwargs)
+    _check_k_fits(args.k, rag.generator)
     res = rag.ask(args.question)
     result: dict[str, Any] = {"index": args.index or "bundled HotpotQA sample (BM25)",
                               "moi": rag.moi is not None, **res.to_dict()}

@@ -129,18 +129,20 @@ def _rerank(args: argparse.Namespace) -> int:
         rr = get_reranker(spec, generator_from_args(args), profile=profile_from_args(args),
                           calibrate_profile=args.calibrate_profile, **moi_kw)
         ranked = rr.rank(args.query, passages, scores)
-        res = rr.last_results[0]
-        moi = rr.moi  # type: ignore[attr-defined]
-        result.update({"reranker": kind, "design": moi.design, "outcome": moi.outcome,
-                       "orderings": res.orderings, "generator_calls": res.generator_calls,
-                       "consensus_answer": res.target})
+        d = ranked.info.details
+        result.update({"reranker": kind, "design": d.get("design"), "outcome": d.get("outcome"),
+                       "orderings": d.get("orderings"), "consensus_answer": d.get("target")})
     else:
         kw = {"device": args.device} if kind in ("student", "cross-encoder") else {}
         ranked = get_reranker(spec, **kw).rank(args.query, passages, scores)
+    info = ranked.info
+    result.update(info.to_dict(details=False))
     result["ranking"] = [{"rank": h.rank + 1, "id": h.passage.id, "score": h.score, "title": h.passage.title}
                          for h in ranked]
     text = "\n".join(f"{h.rank + 1:>3}  {h.score:+.4f}  {h.passage.id}  {h.passage.contents[:80]!r}"
                      for h in ranked)
+    if info.fallback:  # never a silent fallback: the order above is the input order
+        text += f"\nfell back to the input order: {info.fallback_reason}"
     emit(result, args, text)
     return 0
 

@@ -442,6 +442,21 @@ def separates(fit: UtilityFit, alpha: float = 0.05, min_spread: float = 1e-2,
     return spread >= min_spread and max_z >= z_min, stats
 
 
+def separation_failure(stats: dict[str, float], alpha: float = 0.05, min_spread: float = 1e-2,
+                       z_min: float = 3.5) -> str:
+    """Why :func:`separates` said no, as one sentence (from its ``stats`` and thresholds)."""
+    spread = float(stats.get("spread", 0.0))
+    if spread <= 0.0:
+        return "every intervention gave the same outcome, so no passage could be told apart"
+    if float(stats.get("df_resid", 0.0)) >= 1:
+        return (f"the interventions did not separate the passages (F-test p = {stats.get('pvalue', float('nan')):.3g}"
+                f" > {alpha:g})")
+    if spread < min_spread:
+        return f"the interventions moved the outcome by only {spread:.3g} (< min_spread {min_spread:g})"
+    return (f"no passage stood out from the rest (modified z-score {stats.get('max_z', 0.0):.2f} "
+            f"< {z_min:g})")
+
+
 def retriever_prior(k: int, scores: Sequence[float] | None = None) -> np.ndarray:
     """The retriever's order as utilities: z-scored ``scores``, or ``k − 1 − i`` (rank) without them."""
     if scores is not None:

@@ -35,12 +35,13 @@ from typing import Any
 
 import numpy as np
 
-from ragkit.generation.base import GeneratorLike
+from ragkit.generation.base import GeneratorLike, charge, metered
 from ragkit.generation.prompts import QuestionPromptTemplate
 from ragkit.reranking import Reranker
-from ragkit.types import Passage, Query, RankedList
+from ragkit.types import Passage, Query, RankedList, RankInfo
 
-__all__ = ["ICRReranker", "CALIBRATION_QUERY", "ICR_INSTRUCTION", "icr_template", "calibrated_passage_scores"]
+__all__ = ["ICRReranker", "CALIBRATION_QUERY", "ICR_INSTRUCTION", "icr_template", "calibrated_passage_scores",
+           "passage_layout", "encode_with_spans"]
 
 logger = logging.getLogger(__name__)
 
@@ -93,7 +94,8 @@ class ICRReranker(Reranker):
 
     Notes
     -----
-    :attr:`last_generator_calls` is 2 per query (the query and the calibration rows).
+    Each ranking's ``info`` holds ``generator_calls = 2`` (the query and the calibration rows) and
+    the forward passes and prefilled tokens of the call.
     """
 
     name = "icr"
@@ -115,45 +117,15 @@ class ICRReranker(Reranker):
     # ------------------------------------------------------------------ inputs
     def layout(self, question: str, passages: Sequence[Passage]) -> tuple[str, list[tuple[int, int]]]:
         """The prompt (ending with ``"Query:"``) and each passage line's character span in it."""
-        from ragkit.generation.fitting import fit_passages
-
-        gen = self.generator
-        texts = fit_passages(gen.tokenizer, self.template, question, list(passages), max_length=gen.max_length,
-                             answer_reserve=getattr(gen, "answer_reserve", 32),
-                             passage_max_tokens=getattr(gen, "passage_max_tokens", None))
-        prefix, suffix = self.template.split(question, list(passages), gen.tokenizer, texts)
-        spans: list[tuple[int, int]] = []
-        pos = len(prefix)
-        for i, (p, t) in enumerate(zip(passages, texts)):
-            line = self.template.format_passage(i, p, t)
-            if suffix[pos - len(prefix):pos - len(prefix) + len(line)] != line:  # pragma: no cover - layout bug
-                raise RuntimeError("ICR prompt layout: a passage line is not where it was expected")
-            spans.append((pos, pos + len(line)))
-            pos += len(line) + 1  # the "\n" between passage lines
-        return prefix + suffix, spans
+        return passage_layout(self.generator, self.template, question, passages)
 
     def encode(self, question: str, passages: Sequence[Passage]
                ) -> tuple[list[int], list[int], list[int], list[list[int]]]:
         """``(prompt_ids, query_ids, null_ids, spans)``: token ids and each passage's prompt-token indices."""
-        from ragkit.generation.fitting import answer_text, encode_answers
-
-        tok = self.generator.tokenizer
         prompt, char_spans = self.layout(question, passages)
-        joint_q = answer_text(prompt, question)
-        joint_n = answer_text(prompt, self.calibration_query)
-        p_ids, a_ids = encode_answers(tok, [prompt, prompt], [joint_q, joint_n])
-        if p_ids[0] != p_ids[1]:  # pragma: no cover - a tokenizer merging across the boundary
-            raise RuntimeError("ICR: the prompt tokenises differently before the query and the calibration query")
-        if not a_ids[0] or not a_ids[1]:
-            raise ValueError(f"ICR: the question {question!r} tokenises to nothing; pass a non-empty question")
-        starts = _token_char_starts(tok, prompt, len(p_ids[0]))
-        spans = [[t for t, s in enumerate(starts) if lo <= s < hi] for lo, hi in char_spans]
-        room = self.generator.max_length - max(len(a_ids[0]), len(a_ids[1]))
-        if len(p_ids[0]) > room:
-            raise ValueError(f"ICR prompt of {len(p_ids[0])} tokens plus the query does not fit the context window "
-                             f"({self.generator.max_length}); cut passages with passage_max_tokens "
-                             "(--passage-max-tokens) or pass fewer candidates")
-        return p_ids[0], a_ids[0], a_ids[1], spans
+        p_ids, (q_ids, n_ids), spans = encode_with_spans(self.generator, prompt, char_spans,
+                                                         [question, self.calibration_query])
+        return p_ids, q_ids, n_ids, spans
 
     # ------------------------------------------------------------------ attention
     def token_attention(self, prompt_ids: Sequence[int], query_rows: Sequence[Sequence[int]]) -> np.ndarray:
@@ -209,6 +181,7 @@ class ICRReranker(Reranker):
         if isinstance(counters, dict):  # the generator's token ledger (prefill of the prompt and the rows)
             counters["forwards"] = counters.get("forwards", 0) + 2
             counters["prefill_tokens"] = counters.get("prefill_tokens", 0) + n_p + int(mask.sum())
+        charge(forward_passes=2, tokens_prefilled=n_p + int(mask.sum()))  # the caller's own meter
         return a.double().cpu().numpy()
 
     def scores_one(self, question: str, passages: Sequence[Passage]) -> np.ndarray:
@@ -224,9 +197,59 @@ class ICRReranker(Reranker):
         scores: list[list[float] | None],
     ) -> list[RankedList]:
         del scores  # ICR ranks by attention alone; ties keep the retriever order
-        out = [RankedList.from_scores(p, self.scores_one(q.text, p).tolist(), q) for q, p in zip(queries, passages)]
-        self.last_generator_calls = [2] * len(queries)
-        return out
+        with metered() as cost:
+            scores_ = [self.scores_one(q.text, p).tolist() for q, p in zip(queries, passages)]
+        return [RankedList.from_scores(p, s, q, info=RankInfo(
+            generator_calls=2, forward_passes=cost.forward_passes, tokens_prefilled=cost.tokens_prefilled))
+            for q, p, s in zip(queries, passages, scores_)]
+
+
+def passage_layout(generator: Any, template: Any, question: str, passages: Sequence[Passage]
+                   ) -> tuple[str, list[tuple[int, int]]]:
+    """A passages-then-continuation prompt and each passage line's character span in it.
+
+    ``template`` is a :class:`~ragkit.generation.prompts.QuestionPromptTemplate` (its suffix starts
+    with the passage block); passage bodies are fitted as the generator fits them
+    (``passage_max_tokens``, the context window).
+    """
+    from ragkit.generation.fitting import fit_passages
+
+    texts = fit_passages(generator.tokenizer, template, question, list(passages), max_length=generator.max_length,
+                         answer_reserve=getattr(generator, "answer_reserve", 32),
+                         passage_max_tokens=getattr(generator, "passage_max_tokens", None))
+    prefix, suffix = template.split(question, list(passages), generator.tokenizer, texts)
+    spans: list[tuple[int, int]] = []
+    pos = len(prefix)
+    for i, (p, t) in enumerate(zip(passages, texts)):
+        line = template.format_passage(i, p, t)
+        if suffix[pos - len(prefix):pos - len(prefix) + len(line)] != line:  # pragma: no cover - layout bug
+            raise RuntimeError("prompt layout: a passage line is not where it was expected")
+        spans.append((pos, pos + len(line)))
+        pos += len(line) + 1  # the "\n" between passage lines
+    return prefix + suffix, spans
+
+
+def encode_with_spans(generator: Any, prompt: str, char_spans: Sequence[tuple[int, int]],
+                      continuations: Sequence[str]) -> tuple[list[int], list[list[int]], list[list[int]]]:
+    """``(prompt_ids, continuation_ids, spans)``: the prompt's tokens (the same before every
+    continuation), each continuation's tokens, and the prompt-token indices of each character span."""
+    from ragkit.generation.fitting import answer_text, encode_answers
+
+    tok = generator.tokenizer
+    p_ids, a_ids = encode_answers(tok, [prompt] * len(continuations), [answer_text(prompt, c) for c in continuations])
+    if any(p != p_ids[0] for p in p_ids):  # pragma: no cover - a tokenizer merging across the boundary
+        raise RuntimeError("the prompt tokenises differently before its continuations")
+    for c, a in zip(continuations, a_ids):
+        if not a:
+            raise ValueError(f"the text {c!r} tokenises to nothing; pass a non-empty question")
+    starts = _token_char_starts(tok, prompt, len(p_ids[0]))
+    spans = [[t for t, s in enumerate(starts) if lo <= s < hi] for lo, hi in char_spans]
+    room = generator.max_length - max(len(a) for a in a_ids)
+    if len(p_ids[0]) > room:
+        raise ValueError(f"a prompt of {len(p_ids[0])} tokens plus its continuation does not fit the context window "
+                         f"({generator.max_length}); cut passages with passage_max_tokens (--passage-max-tokens) "
+                         "or pass fewer candidates")
+    return p_ids[0], a_ids, spans
 
 
 def _token_char_starts(tokenizer: Any, prompt: str, n: int) -> list[int]:

@@ -8,7 +8,7 @@ slot's weight ``a_j`` under the model
 
     E[o(π)] = b + Σ_j a_j · u_{π(j)}.
 
-Pipeline (:meth:`MoI.run_many`): design → interventions → outcomes (batched across
+Pipeline (:meth:`MoI.run_batch`): design → interventions → outcomes (batched across
 interventions and queries) → utilities → separation test and blend with the retriever order →
 ranking by ``u`` (ties: retriever order) → placement (``bias_aware``: the best passage into the
 heaviest slot ``argmax a_j`` of the model's profile, the next into the next heaviest, ...;
@@ -80,6 +80,7 @@ from ragkit.debias.estimators import (
     permutation_fit,
     retriever_prior,
     separates,
+    separation_failure,
     surrogate_utilities,
 )
 from ragkit.debias.outcomes import OUTCOMES, OutcomeFn, OutcomeResult, compute_outcomes, reusable_answer
@@ -128,6 +129,8 @@ class MoIResult:
         The input passages (retriever order).
     fallback
         ``True`` when the separation test failed and the retriever order was kept.
+    fallback_reason
+        Why it fell back, one sentence (``""`` without a fallback).
     fit_stats
         The separation test's statistics (``r2``, ``f``, ``pvalue``, ``df_resid``, ``spread``).
     rounds
@@ -150,6 +153,7 @@ class MoIResult:
     generator_calls: int = 0
     inputs: list[Passage] = field(default_factory=list)
     fallback: bool = False
+    fallback_reason: str = ""
     fit_stats: dict[str, float] = field(default_factory=dict)
     rounds: int = 1
     estimated_weights: np.ndarray | None = None
@@ -172,6 +176,7 @@ class MoIResult:
             "weights": None if self.weights is None else np.asarray(self.weights).tolist(),
             "generator_calls": self.generator_calls,
             "fallback": self.fallback,
+            "fallback_reason": self.fallback_reason,
             "fit_stats": dict(self.fit_stats),
             "rounds": self.rounds,
             "estimated_weights": None if self.estimated_weights is None
@@ -360,6 +365,8 @@ class MoI:
         """The profile used for ``k`` passages (given, or the model's own; memoised per ``k``)."""
         if k not in self._profiles:
             if self.profile is not None:
+                if not self._profiles and self.generator is not None:
+                    self.profile.check_generator(self.generator)  # warns once if measured for another model
                 self._profiles[k] = self.profile.resized(k)
             elif self.generator is None:
                 self._profiles[k] = PositionProfile.flat(k)
@@ -441,11 +448,11 @@ class MoI:
 
     def run(self, question: str, passages: Sequence[Passage | str], scores: Sequence[float] | None = None,
             answers: Sequence[str] | None = None, generate_answer: bool = True) -> MoIResult:
-        """:meth:`run_many` for one query."""
-        return self.run_many([question], [passages], None if scores is None else [scores],
+        """:meth:`run_batch` for one query."""
+        return self.run_batch([question], [passages], None if scores is None else [scores],
                              None if answers is None else [answers], generate_answer)[0]
 
-    def run_many(
+    def run_batch(
         self,
         questions: Sequence[str | Query],
         passages_list: Sequence[Sequence[Passage | str]],
@@ -517,10 +524,13 @@ class MoI:
             rank_idx = sorted(range(k), key=lambda j: (-float(u[j]), j))
             ranking = RankedList.from_scores(p, np.asarray(u).tolist(), query=Query(text=qs[i]))
             order = place(rank_idx, self.placement, prof.weights)
+            reason = (separation_failure(stats, self.fallback_alpha, self.min_spread, self.fallback_z)
+                      if fell_back else "")
             results.append(MoIResult(ranking=ranking, order=order, utilities=np.asarray(u),
                                      orderings=orderings[i], outcomes=vals, ordering_answers=list(ans),
                                      target=tgt, weights=prof.weights, generator_calls=int(calls),
-                                     inputs=list(p), fallback=fell_back, fit_stats=dict(stats),
+                                     inputs=list(p), fallback=fell_back, fallback_reason=reason,
+                                     fit_stats=dict(stats),
                                      rounds=rounds[i], estimated_weights=est_w, raw_utilities=raw))
         if generate_answer:
             reused = [reusable_answer(r.orderings, r.ordering_answers, r.order) if self.reuse_cache else None

@@ -28,6 +28,8 @@ spec                      reranker
 ``moi_loo_gold``          MoI, leave-one-out, ``gold`` outcome (labels; an oracle)
 ``moi_loo_q``             MoI, leave-one-out, ``question`` outcome (the same as ``moi``)
 ``moi_ablate_q``          MoI, 2k random keep-masks, ``question`` outcome
+``moi_masked``            MoI, leave-one-out estimated from one prefill with each passage masked out
+                          (:mod:`ragkit.debias.masked_loo`; about UPR's tokens, an approximation)
 ``upr``                   :class:`~ragkit.debias.upr.UPRReranker`: mean log p(question | one passage),
                           one sequence per passage (Sachan et al., EMNLP 2022)
 ``icr``                   :class:`~ragkit.debias.icr.ICRReranker`: calibrated query-to-passage attention,
@@ -72,6 +74,7 @@ import numpy as np
 
 from ragkit.debias.answerers import Answerer, get_answerer
 from ragkit.debias.baselines import IdentityReranker, RandomReranker
+from ragkit.debias.masked_loo import masked_question_outcomes
 from ragkit.debias.placement import check_placement, place
 from ragkit.generation.base import GeneratorLike
 from ragkit.reranking import Reranker
@@ -109,6 +112,7 @@ _MOI_RERANKERS: dict[str, dict[str, Any]] = {
     "moi_loo_gold": {"design": "loo", "outcome": "gold"},
     "moi_loo_q": {"design": "loo", "outcome": "question"},
     "moi_ablate_q": {"design": "ablate", "outcome": "question"},
+    "moi_masked": {"design": "loo", "outcome": masked_question_outcomes},
 }
 _LM_RERANKERS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     # name: (module, class, settings it takes)
@@ -148,7 +152,8 @@ PRESETS: dict[str, Preset] = {p.name: p for p in (
     Preset("psc_rrf", "none", "none", "psc_rrf", "permutation self-consistency, RRF"),
     Preset("upr", "upr", "none", "single", "UPR: question likelihood given each passage alone; answer once"),
     Preset("icr", "icr", "none", "single", "ICR: calibrated query-to-passage attention; answer once"),
-    *(Preset(n, n, "bias_aware", "single", f"MoI ({kw['design']} design, {kw['outcome']} outcome)")
+    *(Preset(n, n, "bias_aware", "single", f"MoI ({kw['design']} design, "
+                                           f"{getattr(kw['outcome'], '__name__', kw['outcome'])} outcome)")
       for n, kw in _MOI_RERANKERS.items()),
 )}
 METHOD_NAMES: tuple[str, ...] = tuple(PRESETS)
@@ -287,7 +292,8 @@ class MethodOutput:
     Attributes
     ----------
     ranking
-        Passages ranked best first.
+        Passages ranked best first; ``ranking.info`` is the reranker's cost and diagnostics
+        (:class:`~ragkit.types.RankInfo`: ``fallback`` says whether it kept the input order).
     order
         Final prompt order (indices into the input passages; ``order[j]`` = passage at slot ``j``);
         only the passages that reach the prompt (``top_k`` or fewer with ``prune``).
@@ -304,6 +310,11 @@ class MethodOutput:
     answer: str | None = None
     generator_calls: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def fallback(self) -> bool:
+        """Whether the reranker fell back to the input order (``ranking.info.fallback``)."""
+        return bool(self.ranking.info.fallback)
 
 
 def _indices(ranking: RankedList, passages: list[Passage]) -> list[int]:
@@ -423,11 +434,13 @@ class Method:
                              "with at least one reference answer per question")
         ps = [as_passages(p) for p in passages]
         rankings = self.reranker.rank_many(queries, ps, scores)
-        calls = list(self.reranker.last_generator_calls)
+        if len(rankings) != len(queries):  # never zip a short answer away
+            raise RuntimeError(f"{type(self.reranker).__name__} returned {len(rankings)} rankings "
+                               f"for {len(queries)} queries")
         outs: list[MethodOutput] = []
-        for q, p, rk, c in zip(queries, ps, rankings, calls):
+        for q, p, rk in zip(queries, ps, rankings):
             idx = _indices(rk, p)
-            extra = self._reranker_extra(len(outs))
+            extra = self._reranker_extra(rk)
             keep = idx if self.top_k is None else idx[: self.top_k]
             if self.prune:
                 from ragkit.debias.prune import prune
@@ -436,7 +449,8 @@ class Method:
                 keep = list(pr.selected)
                 extra.update(abstain=pr.abstain, harmful=[p[i].id for i in pr.harmful])
             order = place(keep, self.placement, self._profile(len(keep)))
-            outs.append(MethodOutput(ranking=RankedList(rk.hits, q), order=order, generator_calls=c, extra=extra))
+            outs.append(MethodOutput(ranking=rk.with_(query=q), order=order, generator_calls=rk.info.generator_calls,
+                                     extra=extra))
         if generate_answer:
             assert self.answerer is not None
             placed = [[p[j] for j in o.order] for p, o in zip(ps, outs)]
@@ -449,23 +463,23 @@ class Method:
                     placed_ids = {id(x) for x in pl}
                     o.ranking = RankedList.from_scores(
                         [*psc.passages(), *(h.passage for h in o.ranking if id(h.passage) not in placed_ids)],
-                        [float(-i) for i in range(len(o.ranking))], q)
+                        [float(-i) for i in range(len(o.ranking))], q, info=o.ranking.info)
                 o.order = [o.order[j] for j in r.order]
                 o.extra.update(r.extra)
         return outs
 
-    def _reranker_extra(self, i: int) -> dict[str, Any]:
-        res = getattr(self.reranker, "last_results", None)
-        if not res:
-            return {}
-        r = res[i]
-        out: dict[str, Any] = {"utilities": r.utilities.tolist(), "outcomes": [float(x) for x in r.outcomes],
-                               "ordering_answers": list(r.ordering_answers), "target": r.target,
-                               "fallback": bool(r.fallback)}
-        if r.raw_utilities is not None:
-            raw = np.asarray(r.raw_utilities, dtype=np.float64)
+    def _reranker_extra(self, ranking: RankedList) -> dict[str, Any]:
+        """The reranker's diagnostics a method output keeps in ``extra`` (from ``ranking.info``)."""
+        d = ranking.info.details
+        out: dict[str, Any] = {key: d[key] for key in ("utilities", "outcomes", "ordering_answers", "target")
+                               if key in d}
+        if not d:
+            return out
+        out["fallback"] = bool(ranking.info.fallback)
+        if d.get("raw_utilities") is not None:
+            raw = np.asarray(d["raw_utilities"], dtype=np.float64)
             out["raw_utilities"] = raw.tolist()
-            if getattr(getattr(self.reranker, "moi", None), "design", None) == "loo":
+            if d.get("design") == "loo":
                 # signed leave-one-out utilities: u_i < 0, the outcome is higher without passage i
                 out["harmful_share"] = float(np.mean(~(raw >= 0)))
         return out

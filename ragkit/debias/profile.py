@@ -102,9 +102,24 @@ def _slot_effects(so: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _normalise(w: np.ndarray) -> np.ndarray:
+    """``w / Σ w``; weights near the float maximum (whose plain sum overflows to infinity) are first
+    divided by their largest, so they keep their shape; all zeros give the flat profile."""
     w = np.asarray(w, dtype=np.float64)
+    top = w.max() if w.size else 0.0
+    if not top > 0:
+        return np.full(w.shape[0], 1.0 / w.shape[0])
     s = w.sum()
-    return np.full(w.shape[0], 1.0 / w.shape[0]) if s <= 0 or not np.isfinite(s) else w / s
+    if not np.isfinite(s):
+        w = w / top
+        s = w.sum()
+    return w / s
+
+
+def _same_model(a: str, b: str) -> bool:
+    """Two generator names denote one model: equal, or the same last path part (a hub id and the
+    local folder it was downloaded to, ``org/name`` and ``/models/name``)."""
+    tail = lambda x: str(x).replace("\\", "/").rstrip("/").rsplit("/", 1)[-1].lower()  # noqa: E731
+    return a == b or tail(a) == tail(b)
 
 
 @dataclass(frozen=True)
@@ -132,7 +147,13 @@ class PositionProfile:
     meta: Mapping[str, Any] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
-        w = np.asarray(self.weights, dtype=np.float64).reshape(-1)
+        raw = np.asarray(self.weights)
+        if raw.ndim != 1 or raw.dtype == bool or not (np.issubdtype(raw.dtype, np.number)):
+            raise ValueError(
+                f"profile weights must be a flat list of k numbers (one per prompt slot), got "
+                f"{'a ' + str(raw.ndim) + '-D array' if raw.ndim != 1 else 'values of type ' + str(raw.dtype)}; "
+                "write one with `ragkit bias-profile --out FILE`")
+        w = raw.astype(np.float64)
         if w.size < 1:
             raise ValueError("a position profile needs at least one slot weight")
         if np.any(w < 0) or not np.all(np.isfinite(w)):
@@ -396,12 +417,44 @@ class PositionProfile:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> PositionProfile:
-        """Inverse of :meth:`to_dict`."""
+        """Inverse of :meth:`to_dict`; every field is checked (a list of numbers, strings, a whole
+        ``k``), never coerced: ``true`` is not a one-slot profile, nor ``[[...]]`` a flattened one."""
         if "weights" not in d:
             raise ValueError(f"a profile JSON needs a 'weights' list, got keys {sorted(d)}")
-        return cls(np.asarray(d["weights"], dtype=np.float64), model=str(d.get("model", "none")),
-                   template=str(d.get("template", "short")), k=int(d.get("k", 0)),
-                   meta=dict(d.get("meta") or {}))
+        w = d["weights"]
+        if not isinstance(w, list) or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in w):
+            raise ValueError(
+                f"a profile's 'weights' must be a flat list of numbers (one per prompt slot), got "
+                f"{json.dumps(w)[:80]}; write one with `ragkit bias-profile --out FILE`")
+        for key in ("model", "template"):
+            if key in d and not isinstance(d[key], str):
+                raise ValueError(f"a profile's {key!r} must be a string, got {json.dumps(d[key])[:80]}")
+        k = d.get("k", 0)
+        if isinstance(k, bool) or not isinstance(k, int):
+            raise ValueError(f"a profile's 'k' must be a whole number, got {json.dumps(k)[:40]}")
+        meta = d.get("meta") or {}
+        if not isinstance(meta, dict):
+            raise ValueError(f"a profile's 'meta' must be a JSON object, got {type(meta).__name__}")
+        return cls(np.asarray(w, dtype=np.float64), model=d.get("model", "none"),
+                   template=d.get("template", "short"), k=k, meta=meta)
+
+    def check_for(self, model: str, template: str) -> bool:
+        """Warn when this profile was measured for another generator or prompt template than
+        ``(model, template)``; returns whether it matches. A profile of another model weighs the
+        slots of that model's prompt, not this one's (synthetic profiles, model ``"none"``, match
+        every model)."""
+        ok_model = self.model == "none" or _same_model(self.model, model)
+        ok_tmpl = self.model == "none" or self.template == template
+        if not (ok_model and ok_tmpl):
+            logger.warning(
+                "the position profile was measured for %s (template %s) but is used for %s (template %s): its slot "
+                "weights describe another prompt; measure one for this generator with `ragkit bias-profile "
+                "--model %s --out FILE`", self.model, self.template, model, template, model)
+        return ok_model and ok_tmpl
+
+    def check_generator(self, generator: GeneratorLike) -> bool:
+        """:meth:`check_for` the name and prompt template of ``generator``."""
+        return self.check_for(*_generator_key(generator))
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the profile as JSON (atomically)."""
@@ -421,7 +474,10 @@ class PositionProfile:
         if not isinstance(data, dict):
             raise ValueError(f"{path} is not a position profile (a JSON {type(data).__name__}, expected an "
                              "object with 'weights'); write one with `ragkit bias-profile --out FILE`")
-        return cls.from_dict(data)
+        try:
+            return cls.from_dict(data)
+        except ValueError as e:
+            raise ValueError(f"{path}: {e}") from None
 
     def plot(self, path: str | os.PathLike[str], title: str | None = None) -> None:
         """Save a bar chart of the weights (matplotlib, Agg backend) to ``path`` (PNG)."""

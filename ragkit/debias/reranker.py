@@ -4,14 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from ragkit.debias.moi import MoI, MoIResult
 from ragkit.debias.outcomes import OutcomeFn
 from ragkit.debias.profile import PositionProfile
-from ragkit.generation.base import GeneratorLike
+from ragkit.generation.base import GeneratorLike, metered
 from ragkit.reranking import Reranker
-from ragkit.types import Passage, Query, RankedList
+from ragkit.types import Passage, Query, RankedList, RankInfo
 
-__all__ = ["MoIReranker"]
+__all__ = ["MoIReranker", "moi_details"]
 
 
 class MoIReranker(Reranker):
@@ -25,11 +27,11 @@ class MoIReranker(Reranker):
     sequences, no generation), the design chosen on HotpotQA train questions (MRR@10 0.914 vs
     0.485 for the given order with Qwen2.5-Coder-0.5B, 0.842 with SmolLM2-135M;
     ``benchmarks/results/moi_designs_train-qwen-cpu.json``, ``moi_designs_train-cpu.json``; see
-    :mod:`ragkit.debias.moi`). The last run's full
-    :class:`MoIResult` objects (orderings, outcomes, prompt order) are kept in
-    :attr:`last_results`, their generator cost in :attr:`last_generator_calls`. With the ``gold``
-    outcome (an oracle) the reference answers come from the :class:`Query` objects
-    (:attr:`needs_answers` is then ``True``).
+    :mod:`ragkit.debias.moi`). Each returned ranking's ``info`` (:class:`~ragkit.types.RankInfo`)
+    holds its generator cost (sequences, forward passes, tokens), whether MoI fell back to the
+    input order and why, and in ``details`` the rest of its :class:`MoIResult` (see
+    :func:`moi_details`). With the ``gold`` outcome (an oracle) the reference answers come from the
+    :class:`Query` objects (:attr:`needs_answers` is then ``True``).
 
     Parameters
     ----------
@@ -42,7 +44,7 @@ class MoIReranker(Reranker):
     max_new_tokens
         Length of the per-ordering (and final) answers.
     generate_answer
-        Also generate the final answer from the bias-aware order (in ``last_results``).
+        Also generate the final answer from the bias-aware order (``info.details["answer"]``).
     **moi_kwargs
         Any other :class:`ragkit.debias.MoI` argument (``head``, ``max_tied``, ...).
 
@@ -73,8 +75,6 @@ class MoIReranker(Reranker):
                        placement=placement, seed=seed, max_new_tokens=max_new_tokens, **moi_kwargs)
         self.generate_answer = generate_answer
         self.needs_answers = outcome == "gold"
-        self.last_results: list[MoIResult] = []
-        self.last_generator_calls: list[int] = []
 
     @property
     def generator(self) -> Any:
@@ -92,8 +92,38 @@ class MoIReranker(Reranker):
         scores: list[list[float] | None],
     ) -> list[RankedList]:
         answers = [list(q.answers) for q in queries] if all(q.answers for q in queries) else None
-        res = self.moi.run_many([q.text for q in queries], passages, scores, answers,
-                                generate_answer=self.generate_answer)
-        self.last_results = res
-        self.last_generator_calls = [int(r.generator_calls) for r in res]
-        return [RankedList(r.ranking.hits, q) for q, r in zip(queries, res)]
+        with metered() as cost:
+            res = self.moi.run_batch([q.text for q in queries], passages, scores, answers,
+                                     generate_answer=self.generate_answer)
+        return [RankedList(r.ranking.hits, q, RankInfo(
+            generator_calls=int(r.generator_calls), forward_passes=cost.forward_passes,
+            tokens_prefilled=cost.tokens_prefilled, tokens_generated=cost.tokens_generated,
+            fallback=bool(r.fallback), fallback_reason=r.fallback_reason,
+            details=moi_details(r, self.moi))) for q, r in zip(queries, res)]
+
+
+def moi_details(result: MoIResult, moi: MoI | None = None) -> dict[str, Any]:
+    """The JSON-ready diagnostics of one MoI result that a ranking's ``info.details`` carries.
+
+    Keys: ``utilities`` and ``raw_utilities`` (input order), ``outcomes``, ``orderings`` (the
+    interventions), ``ordering_answers``, ``target``, ``order`` (prompt order, indices into the
+    input passages), ``answer``, ``weights``, ``fit_stats``, ``rounds`` and, given ``moi``, its
+    ``design`` and ``outcome``.
+    """
+    out: dict[str, Any] = {
+        "utilities": [float(x) for x in np.asarray(result.utilities)],
+        "raw_utilities": None if result.raw_utilities is None else [float(x) for x in np.asarray(result.raw_utilities)],
+        "outcomes": [float(x) for x in np.asarray(result.outcomes).ravel()],
+        "orderings": [[int(j) for j in o] for o in result.orderings],
+        "ordering_answers": list(result.ordering_answers),
+        "target": result.target,
+        "order": [int(j) for j in result.order],
+        "answer": result.answer,
+        "weights": None if result.weights is None else [float(x) for x in np.asarray(result.weights)],
+        "fit_stats": {k: float(v) for k, v in result.fit_stats.items()},
+        "rounds": int(result.rounds),
+    }
+    if moi is not None:
+        out["design"] = moi.design
+        out["outcome"] = moi.outcome if isinstance(moi.outcome, str) else getattr(moi.outcome, "__name__", "custom")
+    return out

@@ -32,6 +32,63 @@ META_FILE = "ragkit_distill.json"
 _META_FORMAT = "ragkit-distilled-reranker/1"
 
 
+def _check_folder_files(p: Path) -> dict[str, set[str]]:
+    """Refuse a student folder whose files cannot be trusted; return the tensor names of each
+    safetensors weight file.
+
+    * a file that is a symbolic link leading out of the folder (ragkit loads nothing from outside
+      the folder it was given: a link could swap in any other model);
+    * no ``*.safetensors`` weights (a pickled ``.bin`` is never loaded);
+    * a weight file that safetensors cannot open (cut short, damaged): its header is read here, so
+      the error names the file instead of surfacing as a bare ``SafetensorError``.
+    """
+    from safetensors import safe_open
+
+    root = p.resolve()
+    for f in sorted(p.rglob("*")):
+        if f.is_symlink():
+            try:
+                f.resolve().relative_to(root)
+            except ValueError:
+                raise ValueError(
+                    f"{f} is a symbolic link leading out of the student folder (to {os.path.realpath(f)}); ragkit "
+                    "loads nothing from outside the folder it is given: copy the file into the folder instead"
+                ) from None
+    weights = sorted(p.glob("*.safetensors"))
+    if not weights:
+        raise ValueError(f"{p} holds no model.safetensors weights (ragkit never loads pickled .bin weights); "
+                         "retrain with `ragkit distill` or save the model with safe_serialization=True")
+    names: dict[str, set[str]] = {}
+    for w in weights:
+        try:
+            with safe_open(str(w), framework="pt") as f:
+                names[w.name] = set(f.keys())
+        except Exception as e:  # noqa: BLE001 - safetensors raises its own SafetensorError (an Exception)
+            raise ValueError(f"{w} is damaged or cut short ({e}); copy the student folder again or retrain it "
+                             "with `ragkit distill`") from None
+    return names
+
+
+def _check_weights_cover_model(p: Path, model: Any, names: dict[str, set[str]]) -> None:
+    """Every parameter of the model that ``config.json`` describes must come from the weight files:
+    a config edited to one more layer (or a larger size) would otherwise load that layer randomly
+    initialised, and the student would rank with it."""
+    hf = getattr(model, "model", model)
+    prefix = str(getattr(hf, "base_model_prefix", "") or "")
+
+    def norm(k: str) -> str:
+        return k[len(prefix) + 1:] if prefix and k.startswith(prefix + ".") else k
+
+    have = {norm(k) for ks in names.values() for k in ks}
+    missing = [k for k, _ in hf.named_parameters() if norm(k) not in have]
+    if missing:
+        shown = ", ".join(missing[:4]) + (f" and {len(missing) - 4} more" if len(missing) > 4 else "")
+        raise ValueError(
+            f"{p}: config.json does not match the weights: {len(missing)} parameter(s) it describes are not in "
+            f"{', '.join(sorted(names))} ({shown}), so they would be random; config.json was edited or belongs to "
+            "another model: restore it, or retrain with `ragkit distill`")
+
+
 class DistilledReranker(CrossEncoderReranker):
     """A cross-encoder student of MoI: one encoder pass per (query, passage) pair.
 
@@ -177,8 +234,10 @@ class DistilledReranker(CrossEncoderReranker):
             raise ValueError(f"{meta_path} is not valid JSON ({e.msg}); the folder is damaged, retrain") from e
         if meta.get("format") != _META_FORMAT:
             raise ValueError(f"{meta_path}: unknown format {meta.get('format')!r}; expected {_META_FORMAT!r}")
+        names = _check_folder_files(p)
         model = CrossEncoder(str(p), device=resolve_device(device), activation_fn=torch.nn.Identity(),
                              local_files_only=True)
+        _check_weights_cover_model(p, model, names)
         student = cls(model, meta.get("metadata", {}), batch_size=batch_size, max_batch_tokens=max_batch_tokens,
                       forward_cost_tokens=forward_cost_tokens, long_docs=long_docs)
         return student.with_backend(backend, source=str(p))

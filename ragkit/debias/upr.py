@@ -20,9 +20,9 @@ its key/value cache reused for every passage (:meth:`ragkit.generation.Generator
 from __future__ import annotations
 
 from ragkit.debias.outcomes import question_outcomes
-from ragkit.generation.base import GeneratorLike
+from ragkit.generation.base import GeneratorLike, metered
 from ragkit.reranking import Reranker
-from ragkit.types import Passage, Query, RankedList
+from ragkit.types import Passage, Query, RankedList, RankInfo
 
 __all__ = ["UPRReranker"]
 
@@ -37,8 +37,8 @@ class UPRReranker(Reranker):
 
     Notes
     -----
-    Scores of the returned hits are the ``s_i``; :attr:`last_generator_calls` holds ``N`` per query
-    (one scored sequence per candidate).
+    Scores of the returned hits are the ``s_i``; each ranking's ``info`` holds ``generator_calls = N``
+    (one scored sequence per candidate) and the forward passes and tokens of the call.
 
     Examples
     --------
@@ -67,6 +67,8 @@ class UPRReranker(Reranker):
         scores: list[list[float] | None],
     ) -> list[RankedList]:
         del scores  # UPR ranks by the likelihood alone; ties keep the retriever order
-        s = self.scores_many([q.text for q in queries], passages)
-        self.last_generator_calls = [len(p) for p in passages]
-        return [RankedList.from_scores(p, si, q) for q, p, si in zip(queries, passages, s)]
+        with metered() as cost:
+            s = self.scores_many([q.text for q in queries], passages)
+        return [RankedList.from_scores(p, si, q, info=RankInfo(
+            generator_calls=len(p), forward_passes=cost.forward_passes, tokens_prefilled=cost.tokens_prefilled,
+            tokens_generated=cost.tokens_generated)) for q, p, si in zip(queries, passages, s)]

@@ -45,7 +45,10 @@ def eval_table(report: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
     ranking = report.get("ranking_metrics") or ("mrr@10", "recall@2")
     extra = [m for m in ranking if any(m in v for v in agg.values())]
     tokens = any((v.get("cost_per_question") or {}).get("tokens_prefilled") is not None for v in agg.values())
-    header = ["method", *names, *extra, "gen. calls/q", *(["tokens prefilled/q"] if tokens else []), "s/q", "n"]
+    # questions whose reranker kept the input order (MoI's fallback): shown when any did
+    fb = any(res.get("fallbacks") for res in agg.values())
+    header = ["method", *names, *extra, "gen. calls/q", *(["tokens prefilled/q"] if tokens else []), "s/q",
+              *(["fell back"] if fb else []), "n"]
     rows = []
     for method, res in agg.items():
         cost = res.get("cost_per_question") or {}
@@ -56,6 +59,7 @@ def eval_table(report: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
                 f"{res.get('generator_calls_per_question', 0.0):.1f}",
                 *([f"{cost.get('tokens_prefilled') or 0.0:.0f}"] if tokens else []),
                 f"{res.get('seconds_per_question', 0.0):.2f}",
+                *([str(res.get("fallbacks", 0))] if fb else []),
                 str(res.get("questions", 0)),
             ]
         )

@@ -14,9 +14,9 @@ a paired interval.
 
 Per question and method the report keeps the candidates, the ranking, the prompt's passages, the
 gold ids, the answer, the fallback flag and the cost ledger: generator sequences, forward
-passes, tokens prefilled, tokens generated, seconds. The generator counts its tokens per forward
-(:attr:`ragkit.generation.Generator.counters`); the runner reads them around each chunk of
-questions and gives every question of the chunk the chunk's mean (exact totals and means;
+passes, tokens prefilled, tokens generated, seconds. The generator charges every forward to the
+open meters (:func:`ragkit.generation.base.metered`); the runner meters each chunk of questions
+and gives every question of the chunk the chunk's mean (exact totals and means;
 ``chunk_size=1`` for exact per-question numbers).
 
 Resumability: every finished (method, question) output is appended (fsync'd) to
@@ -31,6 +31,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -50,6 +51,7 @@ from ragkit.eval.metrics import (
     ir_metrics_per_query,
     rouge_l,
 )
+from ragkit.generation.base import metered
 from ragkit.io import append_jsonl, atomic_write_text, progress, resume_appended_jsonl, write_json
 from ragkit.types import Passage, QARecord, RankedList
 
@@ -351,7 +353,7 @@ def split_method(name: str) -> tuple[str, str | None]:
                          f"{', '.join(PIPELINE_PLACEMENTS)}")
     if placement == "prune" and moi_settings(base).get("design") != "loo":
         raise ValueError(f"{name!r}: prune keeps passages by their leave-one-out utility; use it after an MoI "
-                         "preset with the loo design (moi, moi_loo, moi_loo_q, moi_loo_gold)")
+                         "preset with the loo design (moi, moi_masked, moi_loo, moi_loo_q, moi_loo_gold)")
     return base, placement
 
 
@@ -371,11 +373,6 @@ LEDGER_KEYS: tuple[str, ...] = ("generator_calls", "forwards", "tokens_prefilled
 """The cost ledger of every row (generator sequences, model forwards, prefilled and generated tokens, seconds)."""
 
 
-def _counters(generator: Any) -> dict[str, float] | None:
-    c = getattr(generator, "counters", None)
-    return {k: float(v) for k, v in c.items()} if isinstance(c, dict) else None
-
-
 def _row(method: str, rec: QARecord, cand: RankedList, out: Any, dataset: str, cost: dict[str, Any]) -> dict[str, Any]:
     answer = out.answer if out.answer is not None else ""
     ranking: RankedList = out.ranking
@@ -393,7 +390,8 @@ def _row(method: str, rec: QARecord, cand: RankedList, out: Any, dataset: str, c
         "order": [int(i) for i in out.order],
         "prompt": [cids[int(i)] for i in out.order],
         "gold_ids": list(rec.gold_ids),
-        "fallback": bool(extra.get("fallback", False)),
+        # the reranker kept the input order (MoI's interventions did not separate the passages)
+        "fallback": bool(ranking.info.fallback or extra.get("fallback", False)),
         "generator_calls": int(getattr(out, "generator_calls", 0) or 0),
         "seconds": round(float(cost["seconds"]), 4),
         "cost": {"generator_calls": int(getattr(out, "generator_calls", 0) or 0), **cost},
@@ -402,6 +400,44 @@ def _row(method: str, rec: QARecord, cand: RankedList, out: Any, dataset: str, c
     for key in ("abstain", "harmful_share", "harmful"):
         if key in extra:
             row[key] = extra[key]
+    return row
+
+
+_ROW_FIELDS: dict[str, type | tuple[type, ...]] = {
+    "method": str, "qid": str, "question": str, "answers": list, "prediction": str, "candidates": list,
+    "ranking": list, "order": list, "gold_ids": list, "generator_calls": int, "seconds": (int, float),
+    "metrics": dict,
+}
+
+
+def _check_resumed_row(path: Path, line: int, row: Any) -> dict[str, Any]:
+    """``row`` of a resumed partial file, checked as the runner wrote it: every field of
+    :func:`_row` with its type, string lists, whole-number slot orders, a finite non-negative time,
+    and answer metrics that are finite numbers in [0, 1]. An edited or damaged row (an F1 of 7.5,
+    NaN, a missing key) would otherwise enter the summary, or stop every resume with a bare
+    ``KeyError``; it raises ``ValueError`` naming the file, the line and the fix."""
+    def bad(problem: str) -> ValueError:
+        return ValueError(f"{path}:{line}: {problem}; that line was edited or damaged: delete it (its question is "
+                          "then run again) or pass --no-resume to start over")
+
+    if not isinstance(row, dict):
+        raise bad(f"a JSON {type(row).__name__}, not an output row")
+    missing = [k for k in _ROW_FIELDS if k not in row]
+    if missing:
+        raise bad(f"the output row lacks {missing}")
+    for k, t in _ROW_FIELDS.items():
+        if not isinstance(row[k], t) or isinstance(row[k], bool):
+            raise bad(f"{k!r} is a {type(row[k]).__name__}")
+    for k in ("answers", "candidates", "ranking", "gold_ids"):
+        if not all(isinstance(x, str) for x in row[k]):
+            raise bad(f"{k!r} holds a value that is not a string")
+    if not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in row["order"]):
+        raise bad("'order' holds a value that is not a slot number")
+    if not (math.isfinite(row["seconds"]) and row["seconds"] >= 0) or row["generator_calls"] < 0:
+        raise bad(f"'seconds' {row['seconds']!r} or 'generator_calls' {row['generator_calls']!r} is not a count")
+    for name, v in row["metrics"].items():
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not (math.isfinite(v) and 0.0 <= v <= 1.0):
+            raise bad(f"the metric {name!r} is {v!r}, not a number in [0, 1]")
     return row
 
 
@@ -472,6 +508,7 @@ def aggregate(
         res["cost_per_question"] = {key: float(np.mean([c[key] for c in costs if c.get(key) is not None]))
                                     for key in LEDGER_KEYS
                                     if any(c.get(key) is not None for c in costs)}
+        res["fallbacks"] = sum(bool(r.get("fallback", False)) for r in mrows)
         res["fallback_rate"] = float(np.mean([bool(r.get("fallback")) for r in mrows])) if mrows else 0.0
         for key in ("abstain", "harmful_share"):
             vals = [float(r[key]) for r in mrows if key in r]
@@ -519,18 +556,10 @@ def paired_differences(
     return out
 
 
-def _chunk_cost(before: dict[str, float] | None, after: dict[str, float] | None, seconds: float,
-                n: int) -> dict[str, Any]:
-    """Per-question share of one chunk's generator counters and wall time (the ledger, without sequences)."""
-    have = before is not None and after is not None
-
-    def d(key: str) -> float | None:
-        if not have or key not in after or key not in before:  # type: ignore[operator]
-            return None
-        return round((after[key] - before[key]) / n, 2)  # type: ignore[index]
-
-    return {"forwards": d("forwards"), "tokens_prefilled": d("prefill_tokens"),
-            "tokens_generated": d("decode_tokens"), "seconds": round(seconds / n, 4)}
+def _chunk_cost(meter: Any, seconds: float, n: int) -> dict[str, Any]:
+    """Per-question share of one chunk's model work (a :class:`ragkit.generation.base.Cost`) and wall time."""
+    return {"forwards": round(meter.forward_passes / n, 2), "tokens_prefilled": round(meter.tokens_prefilled / n, 2),
+            "tokens_generated": round(meter.tokens_generated / n, 2), "seconds": round(seconds / n, 4)}
 
 
 def run_eval(
@@ -600,8 +629,8 @@ def run_eval(
     partial = _partial_path(out_path)
     fp = cfg.fingerprint()
     done = {(r["method"], r["qid"]): r
-            for r in resume_appended_jsonl(partial, {"_fingerprint": fp, "config": asdict(cfg)}, resume,
-                                           key="_fingerprint") if "method" in r}
+            for r in (_check_resumed_row(partial, i, r) for i, r in resume_appended_jsonl(
+                partial, {"_fingerprint": fp, "config": asdict(cfg)}, resume, key="_fingerprint", with_lines=True))}
     if done:
         logger.info("resuming: %d (method, question) outputs already in %s", len(done), partial)
 
@@ -646,19 +675,19 @@ def run_eval(
         for start in range(0, len(items), cfg.chunk_size):
             chunk = items[start : start + cfg.chunk_size]
             cands = [cands_by_id[r.id] for r in chunk]
-            before = _counters(generator)
             tc = time.perf_counter()
-            outs = method.run_many(
-                [r.query for r in chunk],
-                [c.passages() for c in cands],
-                # the dataset's order has no retriever scores (its k..1 only sort it): MoI's
-                # blend="auto" then leaves an order that may be random (HotpotQA) unblended
-                None if cfg.retriever == "given" else [c.scores() for c in cands],
-                # gold answers reach only oracle rerankers (moi_gold), never the answerer
-                [list(r.answers) for r in chunk] if method.needs_answers else None,
-                True,
-            )
-            cost = _chunk_cost(before, _counters(generator), time.perf_counter() - tc, len(chunk))
+            with metered() as meter:  # this run's model work only (meters are per context)
+                outs = method.run_many(
+                    [r.query for r in chunk],
+                    [c.passages() for c in cands],
+                    # the dataset's order has no retriever scores (its k..1 only sort it): MoI's
+                    # blend="auto" then leaves an order that may be random (HotpotQA) unblended
+                    None if cfg.retriever == "given" else [c.scores() for c in cands],
+                    # gold answers reach only oracle rerankers (moi_gold), never the answerer
+                    [list(r.answers) for r in chunk] if method.needs_answers else None,
+                    True,
+                )
+            cost = _chunk_cost(meter, time.perf_counter() - tc, len(chunk))
             rows = [_row(m, r, c, o, dataset, cost) for r, c, o in zip(chunk, cands, outs)]
             append_jsonl(partial, rows)
             for row in rows:

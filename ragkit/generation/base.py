@@ -3,11 +3,17 @@
 Debiasing (MoI outcomes, baselines), evaluation and training need only what
 :class:`GeneratorLike` lists; they type their ``generator`` arguments with it, so any object with
 these members (the local :class:`ragkit.generation.Generator`, a remote one) plugs in.
+
+:func:`metered` measures the model work done inside a block (forward passes, prefilled and
+decoded tokens) for the caller alone: the meters live in a :class:`contextvars.ContextVar`, so
+two threads (e.g. two ``arank_many`` calls on one reranker) each count only their own forwards.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import contextvars
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -18,7 +24,39 @@ from ragkit.types import Passage
 if TYPE_CHECKING:  # pragma: no cover
     from ragkit.generation.prompts import PromptTemplate
 
-__all__ = ["ScoreResult", "OrderingRun", "GeneratorLike"]
+__all__ = ["ScoreResult", "OrderingRun", "GeneratorLike", "Cost", "metered", "charge"]
+
+
+@dataclass
+class Cost:
+    """Model work counted by :func:`metered`: forward passes, prompt tokens prefilled (non-padding
+    tokens of multi-token forwards) and tokens decoded (single-token forwards)."""
+
+    forward_passes: int = 0
+    tokens_prefilled: int = 0
+    tokens_generated: int = 0
+
+
+_METERS: contextvars.ContextVar[tuple[Cost, ...]] = contextvars.ContextVar("ragkit_cost_meters", default=())
+
+
+@contextmanager
+def metered() -> Iterator[Cost]:
+    """Count the model work of the block in a fresh :class:`Cost` (nested meters all count)."""
+    cost = Cost()
+    token = _METERS.set((*_METERS.get(), cost))
+    try:
+        yield cost
+    finally:
+        _METERS.reset(token)
+
+
+def charge(forward_passes: int = 0, tokens_prefilled: int = 0, tokens_generated: int = 0) -> None:
+    """Add model work to every meter open in the current context (a no-op outside :func:`metered`)."""
+    for cost in _METERS.get():
+        cost.forward_passes += forward_passes
+        cost.tokens_prefilled += tokens_prefilled
+        cost.tokens_generated += tokens_generated
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ import logging
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ragkit.generation.base import charge
 from ragkit.generation.fitting import encode_prompts, fit_prompt_ids
 from ragkit.io import progress
 from ragkit.text import cut_at_stop
@@ -72,7 +73,7 @@ def forward_logits(
 
     ``attention_mask`` covers the cache and the new tokens. The counters ``gen.counters``
     (``prefill_tokens``: non-padding tokens of multi-token forwards; ``decode_tokens``; ``forwards``)
-    are updated.
+    and the open :func:`~ragkit.generation.base.metered` meters are updated.
     """
     width = input_ids.shape[1]
     keep = max(1, min(int(keep), width))
@@ -86,6 +87,7 @@ def forward_logits(
     new = int(attention_mask[:, -width:].sum())
     gen.counters["forwards"] += 1
     gen.counters["prefill_tokens" if width > 1 else "decode_tokens"] += new
+    charge(1, new if width > 1 else 0, 0 if width > 1 else new)
     return logits, out.get(gen._cache_arg)  # the output field has the argument's name
 
 

@@ -29,13 +29,23 @@ the server's greedy spelling of the answer, usually the canonical tokenisation.
 
 Prompts are built locally with the same templates and passage fitting as the local generator
 (a tokenizer is needed: the served model's, from the hub, a folder or the served ``.gguf``).
+
+Nothing the server sends is trusted unchecked, and no server can hold a call: every call has a
+total ``deadline`` (retries, ``Retry-After`` waits, which are capped at ``max_retry_after``, and a
+response trickled a byte at a time included), a response body is read up to
+``max_response_bytes`` after decompression (a gzip bomb stops there), log-probs must be finite
+and not positive, a completion's text must be a string no longer than its token budget allows,
+and a transient failure (connection error, 408, 429, 5xx) never changes how later calls are sent.
+Credentials in the URL are masked wherever it is shown (:func:`ragkit.io.redact_url`).
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
+import zlib
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -47,7 +57,7 @@ from ragkit.generation.base import ScoreResult
 from ragkit.generation.fitting import answer_text, encode_answers, encode_prompts, fit_passages
 from ragkit.generation.prompts import PromptTemplate, get_template
 from ragkit.generation.scoring import ordering_inputs, per_query
-from ragkit.io import progress
+from ragkit.io import progress, redact_url
 from ragkit.text import extract_answer
 from ragkit.types import Passage, as_passages
 
@@ -59,13 +69,41 @@ _PROMPT_FORMATS = ("auto", "tokens", "text")
 _SCORE_MODES = ("auto", "echo", "forced")
 
 
+class _RedactURLs(logging.Filter):
+    """Masks URL credentials in the records of the ``httpx`` logger (it logs every request's URL)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.args:
+            record.args = tuple(redact_url(str(a)) if isinstance(a, str) or hasattr(a, "netloc") else a
+                                for a in record.args) if isinstance(record.args, tuple) else record.args
+        return True
+
+
+logging.getLogger("httpx").addFilter(_RedactURLs())
+
+
 def is_server_url(model: str | None) -> bool:
     """Whether ``model`` names a server (``http://`` or ``https://``) rather than local weights."""
     return isinstance(model, str) and model.lower().startswith(("http://", "https://"))
 
 
 class RemoteServerError(RuntimeError):
-    """The completions server answered with an error or without what was asked for."""
+    """The completions server answered with an error or without what was asked for.
+
+    ``status`` is the HTTP status of the failed answer (``None``: no answer, or a bad one);
+    ``transient`` says whether the failure may pass on its own (connection error, deadline,
+    408, 429, 5xx), in which case it says nothing about what the server supports.
+    """
+
+    def __init__(self, message: str, status: int | None = None, transient: bool = False) -> None:
+        super().__init__(message)
+        self.status = status
+        self.transient = transient
+
+
+_MAX_CHARS_PER_TOKEN = 64
+"""Most characters one generated token may decode to (a completion longer than ``max_tokens`` times
+this, plus a little, is not an answer to the request)."""
 
 
 class RemoteGenerator:
@@ -103,10 +141,19 @@ class RemoteGenerator:
     api_key
         Sent as ``Authorization: Bearer``.
     timeout
-        Seconds per request.
+        Seconds per network read (httpx's timeout).
     max_retries, backoff
         Transient failures (connection errors, 408/429/5xx) are retried ``max_retries`` times,
-        waiting ``backoff * 2**attempt`` seconds (or the server's ``Retry-After``).
+        waiting ``backoff * 2**attempt`` seconds (or the server's ``Retry-After``, at most
+        ``max_retry_after``).
+    deadline
+        Seconds one HTTP call may take in all: its tries, the waits between them and the reading
+        of a slow response (a server that trickles bytes is cut off here, which a per-read timeout
+        cannot do).
+    max_retry_after
+        The longest ``Retry-After`` honoured, in seconds (longer ones are cut to it).
+    max_response_bytes
+        Most bytes of one response body after decompression.
     show_progress
         Progress bars (``None``: on unless ``RAGKIT_NO_PROGRESS`` is set).
 
@@ -137,6 +184,9 @@ class RemoteGenerator:
         max_retries: int = 4,
         backoff: float = 0.5,
         show_progress: bool | None = None,
+        deadline: float = 600.0,
+        max_retry_after: float = 30.0,
+        max_response_bytes: int = 64 * 2**20,
     ) -> None:
         try:
             import httpx
@@ -151,16 +201,39 @@ class RemoteGenerator:
         for name, v in (("batch_size", batch_size), ("concurrency", concurrency)):
             if v < 1:
                 raise ValueError(f"{name} must be >= 1, got {v}")
-        if max_retries < 0 or backoff < 0:
-            raise ValueError("max_retries and backoff must be >= 0")
+        if max_retries < 0 or not (math.isfinite(backoff) and backoff >= 0):
+            raise ValueError("max_retries and backoff must be finite and >= 0")
+        for name, v in (("timeout", timeout), ("deadline", deadline), ("max_retry_after", max_retry_after)):
+            if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0) or (name != "max_retry_after"
+                                                                                    and v == 0):
+                raise ValueError(f"{name} must be a finite number of seconds > 0, got {v!r}")
+        if max_response_bytes < 1024:
+            raise ValueError(f"max_response_bytes must be >= 1024, got {max_response_bytes}")
         if passage_max_tokens is not None and passage_max_tokens < 1:
             raise ValueError(f"passage_max_tokens must be >= 1 or None, got {passage_max_tokens}")
-        url = base_url.rstrip("/")
-        self.base_url = url if url.endswith("/v1") else url + "/v1"
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._client = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout)
+        try:
+            parsed = httpx.URL(base_url)
+        except (httpx.InvalidURL, ValueError) as e:
+            raise ValueError(f"base_url {redact_url(base_url)!r} is not a valid URL ({e})") from None
+        # credentials travel as an Authorization header and the query as parameters, never in the URL
+        # that httpx logs; the URL shown in messages has them masked
+        auth = httpx.BasicAuth(parsed.username, parsed.password) if parsed.username or parsed.password else None
+        path = parsed.path.rstrip("/")
+        path = path if path.endswith("/v1") else path + "/v1"
+        url = str(parsed.copy_with(username=None, password=None, query=None, fragment=None, path=path))
+        self.base_url = redact_url(str(parsed.copy_with(path=path, query=None, fragment=None)))
+        # only encodings decompressed here under the size bound are asked for
+        headers = {"Accept-Encoding": "gzip, deflate"}
+        if api_key:
+            headers["Authorization"] = f"Bearer {api_key}"
+        self._client = httpx.Client(base_url=url, headers=headers, timeout=timeout, auth=auth,
+                                    params=parsed.params)
         self.max_retries = int(max_retries)
         self.backoff = float(backoff)
+        self.deadline = float(deadline)
+        self.max_retry_after = float(max_retry_after)
+        self.max_response_bytes = int(max_response_bytes)
+        self._closing = threading.Event()
         self.batch_size = int(batch_size)
         self.concurrency = int(concurrency)
         self.prompt_format = prompt_format
@@ -203,7 +276,8 @@ class RemoteGenerator:
         return "remote"
 
     def close(self) -> None:
-        """Close the HTTP connection pool."""
+        """Close the HTTP connection pool; a call waiting to retry gives up at once."""
+        self._closing.set()
         self._client.close()
 
     def _models(self) -> dict[str, Any]:
@@ -228,35 +302,95 @@ class RemoteGenerator:
             ) from e
 
     # ------------------------------------------------------------------ HTTP
+    def _read(self, r: Any, end: float, where: str) -> bytes:
+        """The body of the streamed response ``r``, decompressed, within the deadline and the size bound."""
+        enc = r.headers.get("content-encoding", "identity").strip().lower()
+        if enc in ("gzip", "x-gzip", "deflate"):
+            d: Any = zlib.decompressobj(47 if enc != "deflate" else 15)  # 47: gzip or zlib header
+        elif enc in ("", "identity"):
+            d = None
+        else:
+            raise RemoteServerError(f"{where} answered with Content-Encoding {enc!r}, which ragkit does not "
+                                    "decode (it asks for gzip or deflate)")
+        limit = self.max_response_bytes
+        out = bytearray()
+        for chunk in r.iter_raw():
+            while chunk:
+                if d is None:
+                    part, chunk = chunk, b""
+                else:  # never more than the room left: a small bomb cannot inflate past the bound
+                    part = d.decompress(chunk, limit + 1 - len(out))
+                    chunk = d.unconsumed_tail
+                out += part
+                if len(out) > limit:
+                    raise RemoteServerError(f"{where} sent a response of more than {limit} bytes "
+                                            "(max_response_bytes); it is not an answer to the request")
+                if d is not None and not part:
+                    break
+            if time.monotonic() > end:
+                raise RemoteServerError(f"{where} was still sending its response after {self.deadline:g} s "
+                                        "(deadline)", transient=True)
+        return bytes(out)
+
+    def _sleep(self, seconds: float) -> None:
+        if self._closing.wait(seconds):
+            raise RemoteServerError(f"{self.base_url}: the generator was closed while waiting to retry")
+
     def _request(self, method: str, path: str, payload: dict[str, Any] | None = None,
                  retries: int | None = None) -> dict[str, Any]:
-        """One call with retries on connection errors, 408, 429 and 5xx (exponential back-off)."""
+        """One call with retries on connection errors, 408, 429 and 5xx (exponential back-off), all of
+        it within ``deadline`` seconds."""
+        import json
+
         import httpx
 
         last: str = ""
+        status: int | None = None
+        where = f"{method} {self.base_url}{path}"
         max_retries = self.max_retries if retries is None else retries
+        end = time.monotonic() + self.deadline
         for attempt in range(max_retries + 1):
+            left = end - time.monotonic()
             try:
-                r = self._client.request(method, path, json=payload)
+                with self._client.stream(method, path, json=payload,
+                                         timeout=httpx.Timeout(min(self._client.timeout.read or left, left))) as r:
+                    status = r.status_code
+                    raw = self._read(r, end, where)
             except httpx.TransportError as e:
-                last = f"{type(e).__name__}: {e}"
+                last, status = f"{type(e).__name__}: {e}", None
                 wait = self.backoff * 2 ** attempt
             else:
-                if r.status_code < 400:
+                if status < 400:
                     try:
-                        return r.json()
+                        body = json.loads(raw)
                     except ValueError as e:
-                        raise RemoteServerError(f"{self.base_url}{path} answered non-JSON: {r.text[:200]!r}") from e
-                last = f"HTTP {r.status_code}: {r.text[:500]}"
-                if r.status_code not in (408, 429) and r.status_code < 500:
-                    raise RemoteServerError(f"{method} {self.base_url}{path} failed with {last}")
-                ra = r.headers.get("retry-after", "")
-                wait = float(ra) if ra.replace(".", "", 1).isdigit() else self.backoff * 2 ** attempt
-            if attempt < max_retries:
-                logger.warning("%s %s%s failed (%s); retry %d/%d in %.1f s", method, self.base_url, path, last,
-                               attempt + 1, max_retries, wait)
-                time.sleep(wait)
-        raise RemoteServerError(f"{method} {self.base_url}{path} failed after {max_retries + 1} tries: {last}")
+                        raise RemoteServerError(f"{where} answered non-JSON: {raw[:200]!r}", status) from e
+                    if not isinstance(body, dict):
+                        raise RemoteServerError(f"{where} answered a JSON {type(body).__name__}, not an object",
+                                                status)
+                    return body
+                last = f"HTTP {status}: {raw[:500].decode('utf-8', 'replace')}"
+                if status not in (408, 429) and status < 500:
+                    raise RemoteServerError(f"{where} failed with {last}", status)
+                ra = r.headers.get("retry-after", "").strip()
+                try:
+                    wait = float(ra)
+                except ValueError:
+                    wait = self.backoff * 2 ** attempt
+                if not math.isfinite(wait) or wait < 0:
+                    wait = self.backoff * 2 ** attempt
+                if wait > self.max_retry_after:
+                    logger.info("%s asks to retry after %s s; waiting %g s (max_retry_after)", where, ra,
+                                self.max_retry_after)
+                    wait = self.max_retry_after
+            left = end - time.monotonic()
+            if attempt < max_retries and wait < left:
+                logger.warning("%s failed (%s); retry %d/%d in %.1f s", where, last, attempt + 1, max_retries, wait)
+                self._sleep(wait)
+            elif attempt < max_retries:
+                raise RemoteServerError(f"{where} failed after {attempt + 1} tries in {self.deadline:g} s "
+                                        f"(deadline): {last}", status, transient=True)
+        raise RemoteServerError(f"{where} failed after {max_retries + 1} tries: {last}", status, transient=True)
 
     def _complete(self, prompts: list[Any], desc: str, per_prompt: list[dict[str, Any]] | None = None,
                   retries: int | None = None, **params: Any) -> list[dict[str, Any]]:
@@ -279,6 +413,10 @@ class RemoteGenerator:
                     raise _OnePromptOnly()
                 raise RemoteServerError(f"{self.base_url}/completions returned {got} choices for "
                                         f"{len(idx)} prompts x n={n}")
+            if any(not isinstance(c, dict) or isinstance(c.get("index", 0), bool)
+                   or not isinstance(c.get("index", 0), int) for c in choices):
+                raise RemoteServerError(f"{self.base_url}/completions returned choices that are not objects with an "
+                                        "integer `index`")
             choices = sorted(choices, key=lambda c: int(c.get("index", 0)))
             for j, i in enumerate(idx):
                 out[i] = choices[j * n:(j + 1) * n]
@@ -290,9 +428,11 @@ class RemoteGenerator:
         todo = chunks()
         if todo and len(todo[0]) > 1 and not self._lists_ok:
             try:
-                run(todo[0], retries=0)  # probe: does the server take a list of prompts?
+                run(todo[0])  # probe: does the server take a list of prompts?
                 self._lists_ok = True
             except (_OnePromptOnly, RemoteServerError) as e:
+                if isinstance(e, RemoteServerError) and e.transient:
+                    raise  # a server that is down says nothing about lists
                 run(todo[0][:1])  # an error here is not about lists: the server fails on one prompt too
                 logger.warning("%s takes one prompt per request (%s); sending prompts one by one", self.base_url,
                                str(e)[:120] or type(e).__name__)
@@ -383,12 +523,15 @@ class RemoteGenerator:
             return [self._answer_logprobs_by_count(c, len(p_ids[i]), len(a_ids[i]), i) for c, i in zip(choices, idx)]
 
         if self.prompt_format == "auto":
-            self.prompt_format = "tokens"
             try:
-                first = run([0], retries=0)
+                self.prompt_format = "tokens"
+                first = run([0])
             except _MisalignedEcho:
                 raise
             except RemoteServerError as e:
+                if e.transient:  # a server that is down or busy has not refused token ids: ask again next time
+                    self.prompt_format = "auto"
+                    raise
                 logger.warning("%s refuses token-id prompts (%s); sending text prompts from now on",
                                self.base_url, str(e)[:200])
                 self.prompt_format = "text"
@@ -410,10 +553,10 @@ class RemoteGenerator:
         out = []
         for i, (c, t) in enumerate(zip(choices, texts)):
             lp = self._logprobs(c, i)
-            if str(c.get("text", "")) != t:
+            if self._text(c, i) != t:
                 raise RemoteServerError(
                     f"{self.base_url} did not follow the answer grammar for prompt {i} (returned "
-                    f"{str(c.get('text', ''))[:80]!r}, wanted {t[:80]!r}); forced decoding needs GBNF `grammar` "
+                    f"{self._text(c, i)[:80]!r}, wanted {t[:80]!r}); forced decoding needs GBNF `grammar` "
                     "support (llama.cpp) and enough context for the answer")
             out.append(self._checked(lp["token_logprobs"], i))
         other = [i for i, (o, a) in enumerate(zip(out, a_ids)) if len(o) != len(a)]
@@ -458,9 +601,34 @@ class RemoteGenerator:
         return self._checked([tl[k] for k in sel], i)
 
     def _checked(self, values: Sequence[Any], i: int) -> np.ndarray:
+        """Answer-token log-probs as floats; each must be a finite number <= 0 (a tiny positive rounding
+        error of at most 1e-4 is read as 0)."""
         if any(v is None for v in values):
             raise RemoteServerError(f"{self.base_url} returned null log-probs for answer tokens of prompt {i}")
-        return np.asarray(values, dtype=np.float64)
+        if any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in values):
+            bad = next(v for v in values if isinstance(v, bool) or not isinstance(v, (int, float)))
+            raise RemoteServerError(f"{self.base_url} returned a log-prob that is not a number ({bad!r:.60}) for "
+                                    f"prompt {i}")
+        arr = np.asarray(values, dtype=np.float64)
+        bad = ~np.isfinite(arr) | (arr > 1e-4)
+        if bad.any():
+            raise RemoteServerError(f"{self.base_url} returned the log-prob {arr[bad][0]!r} for an answer token of "
+                                    f"prompt {i}; a log-probability is a finite number <= 0, so the server's "
+                                    "scores cannot be trusted")
+        return np.minimum(arr, 0.0)
+
+    def _text(self, choice: dict[str, Any], i: int, max_tokens: int | None = None) -> str:
+        """A choice's ``text``: a string, at most ``max_tokens`` tokens' worth of characters when given."""
+        text = choice.get("text", "")
+        if text is None:
+            text = ""
+        if not isinstance(text, str):
+            raise RemoteServerError(f"{self.base_url} returned a {type(text).__name__} as the text of completion "
+                                    f"{i}, not a string")
+        if max_tokens is not None and len(text) > max_tokens * _MAX_CHARS_PER_TOKEN + 256:
+            raise RemoteServerError(f"{self.base_url} returned {len(text)} characters for completion {i}, when "
+                                    f"{max_tokens} tokens were asked; it is not an answer to the request")
+        return text
 
     def score_orderings(
         self,
@@ -527,7 +695,7 @@ class RemoteGenerator:
                 raise ValueError(f"prompt {i} has {len(p)} tokens; with max_new_tokens={max_new_tokens} it exceeds "
                                  f"the server's context {self.max_length}")
         choices = self._complete(prompts, "generate (remote)", **params)
-        texts = [self._cut(str(c.get("text", "")), stops) for c in choices]
+        texts = [self._cut(self._text(c, i, int(max_new_tokens)), stops) for i, c in enumerate(choices)]
         if n == 1:
             return texts
         return [texts[i * n:(i + 1) * n] for i in range(len(prompts))]

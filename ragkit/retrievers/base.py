@@ -35,6 +35,7 @@ import json
 import logging
 import os
 import re
+import unicodedata
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path, PurePosixPath, PureWindowsPath
@@ -145,6 +146,32 @@ def max_query_chars(override: int | None = None) -> int:
     return _limit(QUERY_LIMIT_ENV, DEFAULT_MAX_QUERY_CHARS, override)
 
 
+MAX_ID_CHARS = 4096
+"""Longest passage id accepted (a URL fits; a whole text pasted into the id column does not)."""
+_CONTROL = re.compile(r"[\x00-\x1f\x7f\x85\u2028\u2029]")
+
+
+def check_passage_id(pid: Any, where: str = "") -> str:
+    """``pid`` if it is a usable passage id, else ``ValueError`` naming the problem.
+
+    An id is a non-empty string of at most :data:`MAX_ID_CHARS` characters without control
+    characters: a newline, NUL or line separator would break every line-based output that names
+    the passage (JSONL, TSV, run files), and a megabyte id is a data error, not an id.
+    """
+    if not isinstance(pid, str):
+        raise ValueError(f"{where}passage id {pid!r} is a {type(pid).__name__}; ids are strings")
+    if not pid.strip():
+        raise ValueError(f"{where}a passage has an empty id; give every passage a non-empty id")
+    if len(pid) > MAX_ID_CHARS:
+        raise ValueError(f"{where}passage id {pid[:40]!r}... has {len(pid):,} characters, more than the "
+                         f"limit of {MAX_ID_CHARS:,}; is the text in the id column? give each passage a short id")
+    m = _CONTROL.search(pid)
+    if m:
+        raise ValueError(f"{where}passage id {pid[:80]!r} holds the control character {m.group()!r} (U+"
+                         f"{ord(m.group()):04X}); ids must be one line of printable text: remove it")
+    return pid
+
+
 def _check_passage_size(p: Passage, limit: int, where: str = "") -> None:
     n = len(p.text) + len(p.title)
     if n > limit:
@@ -179,6 +206,7 @@ def iter_passages(path: str | os.PathLike[str], max_chars: int | None = None) ->
             p = Passage.from_dict(row)
         except (TypeError, ValueError) as e:
             raise ValueError(f"{where}{e}") from e
+        check_passage_id(p.id, where)
         _check_passage_size(p, limit, where)
         yield p
 
@@ -370,9 +398,10 @@ def check_passages(
     Raises
     ------
     ValueError
-        Empty input, a non-``Passage`` item, ids that repeat (inside ``passages`` or with
-        ``existing``; every repeated id is named, up to 20), or a passage above
-        :func:`max_passage_chars`.
+        Empty input, a non-``Passage`` item, an id that :func:`check_passage_id` refuses (too
+        long, a control character), ids that repeat (inside ``passages`` or with ``existing``;
+        every repeated id is named, up to 20) or that differ only in Unicode normalisation, or a
+        passage above :func:`max_passage_chars`.
     """
     if isinstance(passages, (str, Passage)):
         raise ValueError("pass a list of Passage objects, not a single item")
@@ -380,15 +409,29 @@ def check_passages(
     ps: list[Passage] = []
     seen: set[str] = set()
     dups: dict[str, int] = {}
+    nfc: dict[str, str] = {}  # NFC form -> the id seen first
+    if existing:
+        nfc = {unicodedata.normalize("NFC", x): x for x in existing}
     for p in passages:
         if not isinstance(p, Passage):
             raise ValueError(
                 f"expected Passage objects, got {type(p).__name__}; "
                 "convert with ragkit.types.as_passages(...)"
             )
+        check_passage_id(p.id)
         _check_passage_size(p, limit)
         if p.id in seen or (existing is not None and p.id in existing):
             dups[p.id] = dups.get(p.id, 1) + 1
+        else:
+            key = unicodedata.normalize("NFC", p.id)
+            first = nfc.setdefault(key, p.id)
+            if first != p.id:
+                raise ValueError(
+                    f"passage ids {first!r} and {p.id!r} differ only in their Unicode normalisation (they "
+                    "look the same but are different code points, e.g. a precomposed 'é' and 'e' + accent); "
+                    "normalise the corpus ids to NFC (unicodedata.normalize('NFC', id)) so each id means one "
+                    "passage"
+                )
         seen.add(p.id)
         ps.append(p)
     if not ps:

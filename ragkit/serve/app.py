@@ -285,6 +285,10 @@ class RerankService:
             except (ClientDisconnect, ClientGone):
                 status = CLIENT_GONE
                 return Response(status_code=CLIENT_GONE)  # nobody reads it
+            except asyncio.CancelledError:  # shutdown_grace_s passed while this request waited: answer it
+                status = 503
+                return self.error(503, "the server is shutting down; retry on another instance or later",
+                                  headers={"Retry-After": str(self.settings.retry_after_s)}, kind="Overloaded")
             status = 200
             return JSONResponse(body)
         finally:

@@ -116,6 +116,8 @@ class LabelRecord:
             v = getattr(self, name)
             if not isinstance(v, tuple):
                 object.__setattr__(self, name, tuple(v))
+        if any(isinstance(x, bool) for x in self.u):
+            raise ValueError(f"label record {self.qid!r}: 'u' holds a boolean; utilities are numbers")
         object.__setattr__(self, "u", tuple(float(x) for x in self.u))
         if not self.titles:
             object.__setattr__(self, "titles", ("",) * len(self.passage_ids))
@@ -196,30 +198,50 @@ class LabelRecord:
                 "(write it with ragkit.training.labels.write_labels or `ragkit distill labels`)"
             )
         for k in ("passage_ids", "texts", "u", "titles", "ranking", "answers", "gold_ids"):
-            if k in d and not isinstance(d[k], list):
+            if k in d and (d[k] is not None or k in _REQUIRED) and not isinstance(d[k], list):
                 raise ValueError(f"{where}: '{k}' must be a JSON list, got {type(d[k]).__name__}")
+
+        def text(key: str, v: Any, ids: bool = False, default: str | None = None) -> str:
+            # a JSON null or a boolean is no text: str() would turn it into "None" / "True"
+            if v is None and default is not None:
+                return default
+            if isinstance(v, str) or (ids and isinstance(v, int) and not isinstance(v, bool)):
+                return str(v)
+            raise ValueError(f"{where}: {key} is {json.dumps(v)[:80]}, not a string; write every "
+                             f"{'id' if ids else 'text'} as a JSON string")
+
+        def texts(key: str, ids: bool = False, default: str | None = None) -> tuple[str, ...]:
+            return tuple(text(f"'{key}'[{i}]", v, ids, default) for i, v in enumerate(d.get(key) or ()))
+
+        u = []
+        for i, x in enumerate(d["u"]):
+            if isinstance(x, bool) or not isinstance(x, (int, float)):
+                raise ValueError(f"{where}: 'u' must be a list of numbers; 'u'[{i}] is {json.dumps(x)[:80]}")
+            u.append(float(x))
+        if not isinstance(d.get("metadata") or {}, dict):
+            raise ValueError(f"{where}: 'metadata' must be a JSON object, got {type(d['metadata']).__name__}")
+        calls = d.get("generator_calls") or 0
+        if isinstance(calls, bool) or not isinstance(calls, int) or calls < 0:
+            raise ValueError(f"{where}: 'generator_calls' is {json.dumps(calls)}, not a count")
+        fields = dict(
+            qid=text("'qid'", d["qid"], ids=True),
+            question=text("'question'", d["question"]),
+            passage_ids=texts("passage_ids", ids=True),
+            texts=texts("texts"),
+            u=tuple(u),
+            titles=texts("titles", default=""),
+            ranking=texts("ranking", ids=True),
+            answers=texts("answers"),
+            gold_ids=texts("gold_ids", ids=True),
+            source=text("'source'", d.get("source"), default=""),
+            generator=text("'generator'", d.get("generator"), default=""),
+            design=text("'design'", d.get("design"), default="cyclic"),
+            outcome=text("'outcome'", d.get("outcome"), default="gold"),
+            generator_calls=calls,
+            metadata=dict(d.get("metadata") or {}),
+        )
         try:
-            u = [float(x) for x in d["u"]]
-        except (TypeError, ValueError) as e:
-            raise ValueError(f"{where}: 'u' must be a list of numbers ({e})") from e
-        try:
-            return cls(
-                qid=str(d["qid"]),
-                question=str(d["question"]),
-                passage_ids=tuple(str(x) for x in d["passage_ids"]),
-                texts=tuple(str(x) for x in d["texts"]),
-                u=tuple(u),
-                titles=tuple(str(x) for x in d.get("titles") or ()),
-                ranking=tuple(str(x) for x in d.get("ranking") or ()),
-                answers=tuple(str(x) for x in d.get("answers") or ()),
-                gold_ids=tuple(str(x) for x in d.get("gold_ids") or ()),
-                source=str(d.get("source") or ""),
-                generator=str(d.get("generator") or ""),
-                design=str(d.get("design") or "cyclic"),
-                outcome=str(d.get("outcome") or "gold"),
-                generator_calls=int(d.get("generator_calls") or 0),
-                metadata=dict(d.get("metadata") or {}),
-            )
+            return cls(**fields)
         except ValueError as e:
             raise ValueError(f"{where}: {e}") from e
 
@@ -398,7 +420,7 @@ def generate_labels(
     out_path
         Label file (JSONL). Created if missing.
     batch_queries
-        Questions per ``MoI.run_many`` call; labels are appended after each call.
+        Questions per ``MoI.run_batch`` call; labels are appended after each call.
     resume
         Skip question ids already in ``out_path`` (a partial last line from a killed run is
         dropped). With ``resume=False`` an existing file is replaced.
@@ -450,7 +472,7 @@ def generate_labels(
     t0 = time.perf_counter()
     batches = [todo[i : i + batch_queries] for i in range(0, len(todo), batch_queries)]
     for batch in progress(batches, show=show_progress, desc="MoI labels", unit="batch"):
-        results = moi.run_many(
+        results = moi.run_batch(
             [r.question for r in batch],
             [list(r.passages) for r in batch],
             None,

@@ -143,3 +143,34 @@ def test_fetch_wheels_reports_the_travel_size_against_the_limit(load_bench, tmp_
     assert fw.main(["--check-only", "--dest", str(tmp_path)]) == 0
     (tmp_path / "b-1.0-py3-none-any.whl").write_bytes(b"x" * 70 * 2**20)
     assert fw.main(["--check-only", "--dest", str(tmp_path)]) == 1  # over the limit: exit 1
+
+
+def test_the_watchdog_writes_the_summary_when_a_measurement_overruns(kit: ModuleType, tmp_path: Path) -> None:
+    import time
+
+    run = kit.Kit(tmp_path, smoke=True, time_limit=3.4, only=[], device="cpu", hard_exit=False)
+    run.current = "serve"
+    dog = run.watchdog()  # fires 3 s before the limit: after about 0.4 s
+    try:
+        deadline = time.monotonic() + 30
+        while not (tmp_path / "summary.json").exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        dog.cancel()
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["note"] == "stopped by the watchdog during serve"
+    assert summary["measurements"][-1]["status"] == "killed" and "time limit" in summary["measurements"][-1]["reason"]
+
+
+@pytest.mark.slow
+def test_figures_renders_one_row_per_figure_from_the_run(load_bench, smoke: tuple[Path, str]) -> None:
+    out, _ = smoke
+    text = load_bench("gpu/figures").markdown(out, "smoke")
+    lines = text.splitlines()
+    assert lines[0] == "| measurement | figure | target | device | target met |"
+    body = lines[2:]
+    assert [ln.split(" | ")[0] for ln in body] == [
+        "| moi-llama-3-8b, k = 4", "| moi-llama-3-8b, batch sweep (k = 4)", "| generate-llama-3-8b, batch 2",
+        "| cord-llama-3-8b", "| dense-minilm-l6", "| serve-minilm-l6", "| moi-qwen2.5-7b, k = 3"]
+    assert "ragkit / bare" in body[0] and ">= 0.9; >= 5x" in body[0] and "cord / ce" in body[3]
+    assert "torch matrix (no FAISS GPU)" in body[4] and "failed 0" in body[5]

@@ -20,18 +20,23 @@ def test_rerank_cli(tiny_lm_dir, tmp_path, capsys) -> None:
     assert sorted(r["id"] for r in res["ranking"]) == ["x0", "x1", "x2"] and len(res["orderings"]) == 2
     assert (res["design"], res["outcome"]) == ("prior", "question")  # --design overrides the preset's only
     # the default (issue 20): leave-one-out with the question's likelihood, k + 1 interventions
+    capsys.readouterr()
     rc = main(["rerank", "--query", "which passage?", "--passages", str(f), "--model", str(tiny_lm_dir),
                "--out", str(out)])
     res = json.loads(out.read_text())
     assert rc == 0 and (res["reranker"], res["design"], res["outcome"]) == ("moi", "loo", "question")
-    assert len(res["orderings"]) == 4 and res["generator_calls"] == 4
+    assert len(res["orderings"]) == 4 and res["generator_calls"] == 4 and res["tokens_prefilled"] > 0
+    # the random model's interventions do not separate the passages: the output says it kept the input order
+    assert res["fallback"] is True and res["fallback_reason"]
+    assert [r["id"] for r in res["ranking"]] == ["x0", "x1", "x2"]
+    assert f"fell back to the input order: {res['fallback_reason']}" in capsys.readouterr().out
     rc = main(["rerank", "--query", "which passage?", "--passages", str(f), "--model", str(tiny_lm_dir),
                "--reranker", "moi_cyclic", "--out", str(out)])
     res = json.loads(out.read_text())
     assert rc == 0 and (res["design"], res["outcome"]) == ("cyclic", "consensus") and len(res["orderings"]) == 3
     capsys.readouterr()
-    assert main(["rerank", "--query", "q", "--passages", str(f), "--model", "no/such-model", "--budget", "3"]) == 1
-    assert "loo design" in capsys.readouterr().err  # refused before the (missing) model is loaded
+    assert main(["rerank", "--query", "q", "--passages", str(f), "--model", str(tiny_lm_dir), "--budget", "3"]) == 1
+    assert "loo design" in capsys.readouterr().err  # refused before the model is loaded
     assert main(["rerank", "--query", "q", "--passages", str(f), "--budget", "0"]) == 2  # a usage error
     assert "budget" in capsys.readouterr().err
     empty = tmp_path / "e.jsonl"

@@ -147,7 +147,7 @@ def test_moi_cyclic_recovers_exact_order() -> None:
     rng = np.random.default_rng(1)
     a, u = u_shape(k), rng.standard_normal(k)
     moi = MoI(None, design="cyclic", outcome=oracle(a, u), lam=0.0, profile=PositionProfile(a), fallback=False)
-    (r,) = moi.run_many(["q?"], [passages(k)], generate_answer=False)
+    (r,) = moi.run_batch(["q?"], [passages(k)], generate_answer=False)
     assert r.ranking.ids() == [f"p{i}" for i in np.argsort(-u)]
     assert r.generator_calls == k and len(r.orderings) == k
     # bias-aware placement puts the best passage into the heaviest slot
@@ -166,17 +166,17 @@ def test_moi_noisy_oracle_and_batching() -> None:
                 for q, p, o in zip(questions, ps, orderings)]
 
     moi = MoI(None, design="cyclic", outcome=fn, profile=PositionProfile(a), lam=1e-6, fallback=False)
-    res = moi.run_many(["0", "1", "2"], [passages(k)] * 3, generate_answer=False)
+    res = moi.run_batch(["0", "1", "2"], [passages(k)] * 3, generate_answer=False)
     for r, u in zip(res, us):
         assert r.ranking.ids()[0] == f"p{int(np.argmax(u))}"
 
 
 def test_k1_and_empty_inputs() -> None:
     moi = MoI(None, outcome=oracle(np.ones(1), np.zeros(1)))
-    (r,) = moi.run_many(["q?"], [passages(1)], generate_answer=False)
+    (r,) = moi.run_batch(["q?"], [passages(1)], generate_answer=False)
     assert r.ranking.ids() == ["p0"] and r.order == [0] and r.generator_calls == 0
     with pytest.raises(ValueError, match="no passages"):
-        moi.run_many(["q?"], [[]], generate_answer=False)
+        moi.run_batch(["q?"], [[]], generate_answer=False)
     with pytest.raises(ValueError, match="generator"):
         MoI(None, outcome="consensus")
     with pytest.raises(ValueError, match="outcome"):

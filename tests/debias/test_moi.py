@@ -51,10 +51,10 @@ def test_moi_reranker_permutation(gen) -> None:
     rr = MoIReranker(gen, design="cyclic", outcome="consensus", generate_answer=True, max_new_tokens=3)
     ranked = rr.rank("Which word is number 3?", ps, scores=[5, 4, 3, 2, 1])
     assert sorted(ranked.ids()) == sorted(p.id for p in ps)
-    res = rr.last_results[0]
-    assert sorted(res.order) == list(range(5)) and len(res.orderings) == 5
-    assert res.answer is not None
-    assert res.generator_calls >= 5 + 1  # 5 generations (+ scorings unless all answers are empty) + 1 final
+    res = ranked.info.details
+    assert sorted(res["order"]) == list(range(5)) and len(res["orderings"]) == 5
+    assert res["answer"] is not None
+    assert ranked.info.generator_calls >= 5 + 1  # 5 generations (+ scorings unless all answers are empty) + 1 final
     many = rr.rank_many(["q one?", "q two?"], [ps, ps[:3]])
     assert [len(r) for r in many] == [5, 3]
 
@@ -62,7 +62,7 @@ def test_moi_reranker_permutation(gen) -> None:
 @pytest.mark.parametrize("outcome", ["gold", "confidence"])
 def test_moi_outcomes(gen, outcome) -> None:
     moi = MoI(gen, design="prior", budget=3, outcome=outcome, profile=PositionProfile.flat(4))
-    res = moi.run_many(["Which word is number 1?"], [_passages(4)], answers_list=[["bravo"]],
+    res = moi.run_batch(["Which word is number 1?"], [_passages(4)], answers_list=[["bravo"]],
                        generate_answer=False)
     assert len(res[0].outcomes) == 3 and np.all(np.isfinite(res[0].outcomes))
     assert sorted(res[0].ranking.ids()) == [f"d{i}" for i in range(4)]
@@ -107,7 +107,7 @@ def test_consensus_tie_break_by_mean_logprob(gen) -> None:
 
 def test_gold_outcome_needs_answers(gen) -> None:
     with pytest.raises(ValueError, match="reference answer"):
-        MoI(gen, outcome="gold").run_many(["q?"], [_passages(3)], generate_answer=False)
+        MoI(gen, outcome="gold").run_batch(["q?"], [_passages(3)], generate_answer=False)
 
 
 FAST_METHODS = ("none", "both_ends", "psc_rrf", "moi_prior", "moi_gold")
@@ -119,7 +119,7 @@ def test_methods_run(gen, names) -> None:
     for name in names:
         m = get_method(name, gen, max_new_tokens=2)
         outs = m.run_many(["Which word is number 2?", "Name a word?"], [ps, ps[:2]],
-                          answers=[["charlie"], ["alpha"]])
+                         answers=[["charlie"], ["alpha"]])
         for o, p in zip(outs, [ps, ps[:2]]):
             assert sorted(o.order) == list(range(len(p))), name
             assert sorted(o.ranking.ids()) == sorted(x.id for x in p), name
@@ -133,7 +133,7 @@ def test_passages_longer_than_context(gen) -> None:
 
     small = Generator.from_components(gen.model, gen.tokenizer, max_length=420, show_progress=False)
     ps = _passages(3) + [Passage("long", "word " * 2000)]
-    res = MoI(small, design="prior", budget=2, max_new_tokens=2).run_many(["q?"], [ps])
+    res = MoI(small, design="prior", budget=2, max_new_tokens=2).run_batch(["q?"], [ps])
     assert sorted(res[0].order) == [0, 1, 2, 3] and res[0].answer is not None
 
 
@@ -160,7 +160,7 @@ def test_calibrate_real_probe(gen) -> None:
 
 def test_cyclic_design_sizes(gen) -> None:
     moi = MoI(gen, design="cyclic", outcome="confidence", max_new_tokens=2)
-    res = moi.run_many(["q?"], [_passages(3)], generate_answer=False)
+    res = moi.run_batch(["q?"], [_passages(3)], generate_answer=False)
     assert res[0].orderings == cyclic(3)
 
 
@@ -172,7 +172,7 @@ def test_moi_on_embedded_smollm2() -> None:
 
     gen = Generator(passage_max_tokens=40, show_progress=False)
     recs = sample_records(2)
-    res = MoI(gen, design="prior", budget=3, outcome="consensus").run_many([r.question for r in recs],
+    res = MoI(gen, design="prior", budget=3, outcome="consensus").run_batch([r.question for r in recs],
                                                                            [list(r.passages) for r in recs])
     for r, rec in zip(res, recs):
         assert sorted(r.ranking.ids()) == sorted(p.id for p in rec.passages)

@@ -224,12 +224,12 @@ def test_auto_blend_weighs_the_retriever_only_when_it_gave_scores() -> None:
     out = subset_outcome(np.array([0.0, 0.0, 3.0, 0.0]))
     moi = MoI(None, design="loo", outcome=out)
     assert moi.blend == "auto" and moi.blend_for([1.0] * k) == 0.75 and moi.blend_for(None) == 0.0
-    (with_scores, without) = moi.run_many(["q", "q"], [passages(k), passages(k)], [[3.0, 2.0, 1.0, 0.0], None],
+    (with_scores, without) = moi.run_batch(["q", "q"], [passages(k), passages(k)], [[3.0, 2.0, 1.0, 0.0], None],
                                           generate_answer=False)
     assert with_scores.ranking.ids() == ["p0", "p1", "p2", "p3"]
     assert with_scores.utilities == pytest.approx([0.862, 0.191, 0.098, -1.151], abs=1e-3)
     assert without.ranking.ids()[0] == "p2"
-    (fixed,) = MoI(None, design="loo", outcome=out, blend=0.0).run_many(
+    (fixed,) = MoI(None, design="loo", outcome=out, blend=0.0).run_batch(
         ["q"], [passages(k)], [[3.0, 2.0, 1.0, 0.0]], generate_answer=False)
     assert fixed.ranking.ids()[0] == "p2"
     with pytest.raises(ValueError, match="'auto'"):
@@ -242,11 +242,11 @@ def test_fallback_keeps_retriever_order() -> None:
     flat = subset_outcome(np.zeros(k))
     for design in ("loo", "ablate", "mixed", "cyclic"):
         moi = MoI(None, design=design, outcome=flat)
-        (r,) = moi.run_many(["q"], [passages(k)], [[0.1, 0.5, 0.3, 0.9, 0.2]], generate_answer=False)
+        (r,) = moi.run_batch(["q"], [passages(k)], [[0.1, 0.5, 0.3, 0.9, 0.2]], generate_answer=False)
         assert r.fallback, design
         assert r.ranking.ids() == ["p3", "p1", "p2", "p4", "p0"], design
     # the same outcomes with fallback off and no blend give the tie order (retriever index), not the scores
-    (r,) = MoI(None, design="loo", outcome=flat, fallback=False, blend=0.0).run_many(
+    (r,) = MoI(None, design="loo", outcome=flat, fallback=False, blend=0.0).run_batch(
         ["q"], [passages(k)], [[0.1, 0.5, 0.3, 0.9, 0.2]], generate_answer=False)
     assert not r.fallback and r.ranking.ids() == [f"p{i}" for i in range(k)]
 
@@ -256,7 +256,7 @@ def test_fallback_on_noise_only_f_test() -> None:
     k = 6
     moi = MoI(None, design="ablate", outcome=subset_outcome(np.zeros(k), noise=0.3, seed=1), transform="none",
               surrogate="ridge")
-    (r,) = moi.run_many(["q"], [passages(k)], generate_answer=False)
+    (r,) = moi.run_batch(["q"], [passages(k)], generate_answer=False)
     assert r.fit_stats["df_resid"] >= 1 and r.fit_stats["pvalue"] > 0.05
     assert r.fallback and r.ranking.ids() == [f"p{i}" for i in range(k)]
 
@@ -268,12 +268,12 @@ def test_presence_designs_find_the_useful_passage(design: str) -> None:
     u = np.array([0.05, -0.02, 0.0, 0.03, -0.04, 0.01, 1.5, 0.02])
     a = None if design != "mixed" else np.linspace(0.5, 1.5, k)
     moi = MoI(None, design=design, outcome=subset_outcome(u, a, logprob=True), blend=0.0)
-    (r,) = moi.run_many(["q"], [passages(k)], [np.linspace(1, 0, k)], generate_answer=False)
+    (r,) = moi.run_batch(["q"], [passages(k)], [np.linspace(1, 0, k)], generate_answer=False)
     assert not r.fallback
     assert r.ranking.ids()[0] == "p6"
     assert len(r.orderings) == {"loo": k + 1, "ablate": 2 * k, "mixed": 3 * k}[design]
     # a blend of 1 is the retriever order
-    (b,) = MoI(None, design=design, outcome=subset_outcome(u, a, logprob=True), blend=1.0).run_many(
+    (b,) = MoI(None, design=design, outcome=subset_outcome(u, a, logprob=True), blend=1.0).run_batch(
         ["q"], [passages(k)], [np.linspace(1, 0, k)], generate_answer=False)
     assert b.ranking.ids() == [f"p{i}" for i in range(k)]
 
@@ -287,9 +287,9 @@ def test_adaptive_budget_stops_early_when_easy() -> None:
     perm = lambda u, noise: subset_outcome(u, a, noise=noise, seed=3)  # noqa: E731  full orderings
     # the stopping rule is under test here, not the fallback (5 of 8 rotations smear the estimates)
     easy = MoI(None, design="cyclic", budget="auto", outcome=perm(easy_u, 0.0), profile=PositionProfile(a),
-               lam=1e-3, fallback=False).run_many(["q"], [passages(k)], generate_answer=False)[0]
+               lam=1e-3, fallback=False).run_batch(["q"], [passages(k)], generate_answer=False)[0]
     hard = MoI(None, design="cyclic", budget="auto", outcome=perm(hard_u, 0.5), profile=PositionProfile(a),
-               lam=1e-3, fallback=False).run_many(["q"], [passages(k)], generate_answer=False)[0]
+               lam=1e-3, fallback=False).run_batch(["q"], [passages(k)], generate_answer=False)[0]
     assert easy.rounds == 2 and len(easy.orderings) == 5  # 3 + 2, top-2 unchanged after round 2
     assert easy.ranking.ids()[0] == "p1"
     assert hard.rounds > easy.rounds and len(hard.orderings) > len(easy.orderings)
@@ -297,7 +297,7 @@ def test_adaptive_budget_stops_early_when_easy() -> None:
     assert easy.generator_calls == 5  # outcomes of earlier rounds are reused
     # presence design: rounds of masks, same stopping rule
     u = np.array([0.0, 0.1, 2.0, 0.0, 0.0, 0.0])
-    r = MoI(None, design="ablate", budget="auto", outcome=subset_outcome(u, logprob=True)).run_many(
+    r = MoI(None, design="ablate", budget="auto", outcome=subset_outcome(u, logprob=True)).run_batch(
         ["q"], [passages(6)], generate_answer=False)[0]
     assert r.ranking.ids()[0] == "p2" and r.rounds == 2 and len(r.orderings) == 6 + 3
     with pytest.raises(ValueError, match="auto"):
@@ -371,7 +371,7 @@ def test_moi_uses_the_models_profile(tmp_path, monkeypatch) -> None:
     PositionProfile.calibrate(gen, probe_records(), k=5).save_cached()
     u = np.array([0.0, 0.2, 1.0, -0.3, 0.1])
     moi = MoI(gen, design="cyclic", outcome=subset_outcome(u, a), lam=0.0)
-    (r,) = moi.run_many(["q"], [passages(5)], generate_answer=False)
+    (r,) = moi.run_batch(["q"], [passages(5)], generate_answer=False)
     assert np.allclose(r.weights, a, atol=1e-6)
     assert r.ranking.ids() == [f"p{i}" for i in np.argsort(-u)]
     assert r.order[4] == 2  # bias-aware: the best passage into the heaviest slot (the last)
@@ -392,7 +392,7 @@ def test_presence_designs_tiny_lm(gen, design: str) -> None:
     ps = _words(4)
     budget = {"loo": None, "ablate": 6, "mixed": 8}[design]
     moi = MoI(gen, design=design, budget=budget, outcome="gold", max_new_tokens=2)
-    (r,) = moi.run_many(["Which word is number 1?"], [ps], [[4.0, 3.0, 2.0, 1.0]], answers_list=[["bravo"]])
+    (r,) = moi.run_batch(["Which word is number 1?"], [ps], [[4.0, 3.0, 2.0, 1.0]], answers_list=[["bravo"]])
     M = {"loo": 5, "ablate": 6, "mixed": 8}[design]
     assert len(r.orderings) == M and len(r.outcomes) == M and np.all(np.isfinite(r.outcomes))
     assert any(len(o) < 4 for o in r.orderings)  # passages were dropped
@@ -412,7 +412,7 @@ def test_presence_designs_tiny_lm(gen, design: str) -> None:
 def test_adaptive_consensus_tiny_lm(gen) -> None:
     """budget="auto" with the consensus outcome: every round re-scores all interventions (counted)."""
     ps = _words(5)
-    (r,) = MoI(gen, design="ablate", outcome="consensus", budget="auto", max_new_tokens=2).run_many(
+    (r,) = MoI(gen, design="ablate", outcome="consensus", budget="auto", max_new_tokens=2).run_batch(
         ["Which word is number 3?"], [ps], generate_answer=False)
     assert 5 <= len(r.orderings) <= 20 and r.rounds == 1 + (len(r.orderings) - 5) // 2
     assert len(r.outcomes) == len(r.orderings) and sorted(r.ranking.ids()) == [p.id for p in ps]
@@ -479,8 +479,8 @@ def test_gold_outcome_never_falls_back_by_default(gen) -> None:
     kw = {"design": "loo", "min_spread": 1e3, "blend": 0.0}
     assert MoI(gen, outcome="gold").falls_back is False and MoI(gen).falls_back is True
     assert MoI(gen, outcome="gold", fallback=True).falls_back is True
-    (auto,) = MoI(gen, outcome="gold", **kw).run_many(["q"], [ps], answers_list=[["p3"]], generate_answer=False)
-    (forced,) = MoI(gen, outcome="gold", fallback=True, **kw).run_many(["q"], [ps], answers_list=[["p3"]],
+    (auto,) = MoI(gen, outcome="gold", **kw).run_batch(["q"], [ps], answers_list=[["p3"]], generate_answer=False)
+    (forced,) = MoI(gen, outcome="gold", fallback=True, **kw).run_batch(["q"], [ps], answers_list=[["p3"]],
                                                                        generate_answer=False)
     raw = np.asarray(auto.raw_utilities)
     assert not auto.fallback and forced.fallback
@@ -488,7 +488,7 @@ def test_gold_outcome_never_falls_back_by_default(gen) -> None:
     assert auto.ranking.ids() == [f"p{j}" for j in sorted(range(k), key=lambda j: (-raw[j], j))]
     assert forced.ranking.ids() == [f"p{j}" for j in range(k)]
     assert auto.ranking.ids() != forced.ranking.ids()  # the tiny model's drops are not in input order
-    (q,) = MoI(gen, outcome="question", **kw).run_many(["q"], [ps], generate_answer=False)
+    (q,) = MoI(gen, outcome="question", **kw).run_batch(["q"], [ps], generate_answer=False)
     assert q.fallback and q.ranking.ids() == [f"p{j}" for j in range(k)]
     with pytest.raises(ValueError, match="'auto'"):
         MoI(gen, fallback="sometimes")

@@ -82,7 +82,8 @@ def test_identity_and_random_rerankers() -> None:
     assert sorted(one.ids()) == sorted(p.id for p in ps)
     orders = {tuple(RandomReranker(seed=s).rank("second?", ps).ids()) for s in range(8)}
     assert len(orders) > 4  # the seed matters
-    assert rr.last_generator_calls == [0, 0]
+    assert [r.info.generator_calls for r in batch] == [0, 0] and [r.info.batch_queries for r in batch] == [2, 2]
+    assert not any(r.info.fallback for r in batch) and all(r.info.seconds >= 0 for r in batch)
 
 
 def test_async_rank_equals_sync(student_dir: Path) -> None:
@@ -139,20 +140,22 @@ def test_default_moi_is_loo_question_and_cyclic_stays_by_name(gen) -> None:
     # the default runs k + 1 interventions (full prompt + each passage left out), no generation before
     # the final answer
     rr = get_reranker("moi", gen, max_new_tokens=2)
-    rr.rank("Which word is number 1?", _ps(3))
-    (res,) = rr.last_results
-    assert sorted(map(sorted, res.orderings)) == sorted([[0, 1, 2], [0, 1], [0, 2], [1, 2]])
-    assert res.ordering_answers == [] and res.generator_calls == 4
+    info = rr.rank("Which word is number 1?", _ps(3)).info
+    assert sorted(map(sorted, info.details["orderings"])) == sorted([[0, 1, 2], [0, 1], [0, 2], [1, 2]])
+    assert info.details["ordering_answers"] == [] and info.generator_calls == 4
+    # 4 scored sequences: a shared-prefix prefill and the 4 suffixes, no decoding
+    assert info.forward_passes >= 1 and info.tokens_prefilled > 0 and info.tokens_generated == 0
     rr = get_reranker("moi_cyclic", gen, max_new_tokens=2)
-    rr.rank("Which word is number 1?", _ps(3))
-    assert sorted(map(tuple, rr.last_results[0].orderings)) == [(0, 1, 2), (1, 2, 0), (2, 0, 1)]
+    info = rr.rank("Which word is number 1?", _ps(3)).info
+    assert sorted(map(tuple, info.details["orderings"])) == [(0, 1, 2), (1, 2, 0), (2, 0, 1)]
+    assert info.tokens_generated > 0  # the consensus outcome decodes each ordering's answer
 
 
 def test_registry_names_and_validation() -> None:
     assert set(METHOD_NAMES) == {"none", "reverse", "both_ends", "random", "voting", "psc_borda", "psc_rrf",
                                  "moi", "moi_cyclic", "moi_prior", "moi_random", "moi_confidence", "moi_gold",
                                  "moi_auto", "moi_loo", "moi_ablate", "moi_mixed", "moi_loo_gold",
-                                 "moi_loo_q", "moi_ablate_q", "upr", "icr"}
+                                 "moi_loo_q", "moi_ablate_q", "moi_masked", "upr", "icr"}
     assert available_methods()[-2:] == ["student:PATH", "cross-encoder:NAME"]
     p = resolve_method("moi_prior")
     assert (p.reranker, p.placement, p.answerer) == ("moi_prior", "bias_aware", "single")

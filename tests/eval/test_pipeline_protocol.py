@@ -143,3 +143,24 @@ def test_cli_pipeline_command(hotpot_file: Path, tiny_lm_dir: Path, tmp_path: Pa
     assert [len(r["prompt"]) for r in data["outputs"]] == [3, 3, 3, 3]
     assert "tokens prefilled/q" in capsys.readouterr().out
     assert main(argv) == 0  # a finished run again: everything recomputed from nothing left over
+
+
+def test_cross_encoder_spec_in_the_pipeline(hotpot_file: Path, tiny_encoder_dir: Path, tiny_gen,
+                                            tmp_path: Path) -> None:
+    """``cross-encoder:NAME`` (a folder here; a hub id such as ``cross-encoder/ms-marco-MiniLM-L6-v2`` for
+    users) reranks the N candidates and its top K reach the prompt."""
+    from ragkit.debias.student import DistilledReranker
+
+    folder = tmp_path / "ce"
+    DistilledReranker.from_base(str(tiny_encoder_dir), device="cpu", max_length=64, seed=0).model.save(str(folder))
+    name = f"cross-encoder:{folder}"
+    rep = run_eval(_cfg(hotpot_file, limit=2, methods=("none", name)), out=tmp_path / "ce.json",
+                   generator=tiny_gen, show_progress=False)
+    from ragkit.debias import get_reranker
+
+    ce = get_reranker(name, device="cpu")
+    for r in (r for r in rep["outputs"] if r["method"] == name):
+        cands = {p.id: p for rec in load_hotpotqa(hotpot_file) for p in rec.passages}
+        want = ce.rank(r["question"], [cands[i] for i in r["candidates"]]).ids()
+        assert r["ranking"] == want and r["prompt"] == want[:3]
+        assert r["cost"]["generator_calls"] == 1  # the encoder is not the generator: one answer

@@ -607,6 +607,22 @@ def cases() -> list[Case]:
           setup=_killed_save("i"), may_change=("i.tmp-killed",), check=_no_file("i.tmp-killed"), fast=True))
 
     # -- ask
+    add(C("index", "--corpus id of 1,000,000 characters", ["index", "--corpus", "c.jsonl", "--out", "i"], "error",
+          r"1,000,000 characters", setup=_w("c.jsonl", _passages([{"id": "x" * 1_000_000, "text": "a"}])),
+          check=_no_file("i")))
+    add(C("index", "--corpus id with a newline", ["index", "--corpus", "c.jsonl", "--out", "i"], "error",
+          r"c\.jsonl:2: .*control character", setup=_w("c.jsonl", _passages([{"id": "a", "text": "x"},
+                                                                            {"id": "b\nc", "text": "y"}])),
+          fast=True))
+    add(C("index", "--corpus id with a NUL", ["index", "--corpus", "c.jsonl", "--out", "i"], "error",
+          r"control character", setup=_w("c.jsonl", _passages([{"id": "b\x00c", "text": "y"}]))))
+    add(C("index", "--corpus ids equal after Unicode NFC normalisation", ["index", "--corpus", "c.jsonl", "--out",
+                                                                         "i"], "error", r"Unicode normalisation",
+          setup=_w("c.jsonl", _passages([{"id": "caf\u00e9", "text": "x"}, {"id": "cafe\u0301", "text": "y"}])),
+          fast=True))
+    add(C("index", "--corpus starting with a UTF-8 BOM (read)", ["index", "--corpus", "c.jsonl", "--out", "i",
+                                                                 "--quiet"], "ok", r"indexed 3",
+          setup=_w("c.jsonl", "\ufeff" + _passages(_plist(3))), fast=True))
     add(C("ask", "empty question", ["ask", "", "--model", LM], "error", r"empty", fast=True))
     add(C("ask", "blank question", ["ask", "   ", "--model", "./no-such"], "error", r"empty", fast=True))
     add(C("ask", "--model missing folder", ["ask", Q, "--model", "./no-such"], "error", r"no such|no-such",
@@ -632,6 +648,18 @@ def cases() -> list[Case]:
           r"p\.json|JSON", setup=_w("p.json", "weights: 1 2 3")))
     add(C("ask", "--profile with NaN weights", ["ask", Q, "--model", LM, "--profile", "p.json"], "error",
           r"NaN|finite|weight", setup=_w("p.json", '{"weights": [NaN, 1, 1, 1, 1, 1, 1, 1, 1, 1]}')))
+    add(C("ask", "--profile with 2-D weights", ["ask", Q, "--model", LM, "--profile", "p.json"], "error",
+          r"p\.json: .*flat list", setup=_w("p.json", '{"weights": [[0.5, 0.5], [0.3, 0.7]]}'), fast=True))
+    add(C("ask", "--profile with weights: true", ["ask", Q, "--model", LM, "--profile", "p.json"], "error",
+          r"p\.json: .*flat list", setup=_w("p.json", '{"weights": true}'), fast=True))
+    add(C("ask", "--profile whose sum overflows (kept, not flattened)", ["ask", Q, "--model", LM, "--profile",
+                                                                        "p.json", "--json"], "ok", r'"answer"',
+          setup=_w("p.json", json.dumps({"weights": [1e308] * 9 + [5e307]}))))
+    add(C("ask", "--profile measured for another model (warned)", ["ask", Q, "--model", LM, "--profile", "p.json"],
+          "ok", r"measured for other/Model-70B",
+          setup=_w("p.json", json.dumps({"weights": [0.1] * 10, "model": "other/Model-70B", "template": "chat"}))))
+    add(C("ask", "-k 5000 (more passages than the context holds)", ["ask", Q, "--model", LM, "-k", "5000"], "error",
+          r"-k 5000: .*use -k \d+"))
     add(C("ask", "--out is a folder", ["ask", Q, "--out", "project"], "error", r"folder", fast=True))
     add(C("ask", "a 100 KB question", ["ask", BIG_Q, "--model", LM], "error", r"query|question|long|limit"))
     add(C("ask", "tiny model, bundled sample", ["ask", Q, "--model", LM, "--json"], "ok", r'"answer"',
@@ -758,6 +786,12 @@ def cases() -> list[Case]:
     add(C("eval", "partial file of another configuration", [*ev, "--limit", "2", "--out", "r.json",
                                                             "--max-new-tokens", "5"], "error",
           r"another configuration|--no-resume", setup=lambda c, f: _torn_partial(c, f, cut=False)))
+    add(C("eval", "an edited row of the partial file (F1 7.5)", [*ev, "--limit", "2", "--out", "r.json"], "error",
+          r"partial\.jsonl:2: the metric .* is 7\.5", setup=_edited_partial(lambda r: r["metrics"].update(
+              {k: 7.5 for k in r["metrics"]})), may_change=("r.json.partial.jsonl",)))
+    add(C("eval", "a row of the partial file without its metrics", [*ev, "--limit", "2", "--out", "r.json"], "error",
+          r"partial\.jsonl:2: the output row lacks \['metrics'\]", setup=_edited_partial(lambda r: r.pop("metrics")),
+          may_change=("r.json.partial.jsonl",)))
     add(C("eval", "--out on a full disk", [*ev, "--limit", "1", "--out", "{full}/r.json"], "error",
           r"space|r\.json", needs="full", check=_mount_clean()))
     add(C("eval", "--out /dev/full", [*ev, "--limit", "1", "--out", "/dev/full"], "error",
@@ -875,6 +909,17 @@ def cases() -> list[Case]:
           r"non-finite|NaN", setup=_w("n.jsonl", json.dumps(
               {"qid": "a", "question": "q", "passage_ids": ["x", "y"], "texts": ["a", "b"],
                "u": [float("nan"), 1.0]}) + "\n")))
+    add(C("distill", "--labels with a null text", ["distill", "--labels", "n.jsonl", "--out", "s"], "error",
+          r"n\.jsonl:1: 'texts'\[1\] is null", setup=_w("n.jsonl", json.dumps(
+              {"qid": "a", "question": "q", "passage_ids": ["x", "y"], "texts": ["a", None], "u": [0.0, 1.0]}) + "\n"),
+          check=_no_file("s")))
+    add(C("distill", "--labels with a null passage id", ["distill", "--labels", "n.jsonl", "--out", "s"], "error",
+          r"'passage_ids'\[0\] is null", setup=_w("n.jsonl", json.dumps(
+              {"qid": "a", "question": "q", "passage_ids": [None, "y"], "texts": ["a", "b"], "u": [0.0, 1.0]}) + "\n")))
+    add(C("distill", "--labels with boolean utilities", ["distill", "--labels", "n.jsonl", "--out", "s"], "error",
+          r"'u' must be a list of numbers", setup=_w("n.jsonl", json.dumps(
+              {"qid": "a", "question": "q", "passage_ids": ["x", "y"], "texts": ["a", "b"],
+               "u": [True, False]}) + "\n")))
     add(C("distill", "--out the project folder", ["distill", "--labels", "{labels}", "--out", "project"], "error",
           r"project|other files|--overwrite", fast=True))
     add(C("distill", "--out a user's file", ["distill", "--labels", "{labels}", "--out", "notes.txt"], "error",
@@ -917,6 +962,21 @@ def cases() -> list[Case]:
     add(C("serve", "--reranker typo", ["serve", "--reranker", "moii", "--port", "0"], "error", r"moii"))
     add(C("serve", "--reranker student folder missing", ["serve", "--reranker", "student:./nope"], "error",
           r"nope"))
+    # a wait of inf or nan made every /health answer 500; an empty key served without authentication
+    for v in ("inf", "nan", "1e9"):
+        add(C("serve", f"--max-wait-ms {v}", ["serve", "--max-wait-ms", v], "usage", r"max-wait-ms.*(finite|at most)",
+              fast=True))
+    add(C("serve", "--request-timeout 0", ["serve", "--request-timeout", "0"], "usage", r"request-timeout",
+          fast=True))
+    add(C("serve", "--max-request-chars 0", ["serve", "--max-request-chars", "0"], "usage", r"max-request-chars",
+          fast=True))
+    add(C("serve", "--api-key '' (empty: would serve without authentication)", ["serve", "--api-key", ""], "error",
+          r"--api-key is empty.*--no-auth", fast=True))
+    add(C("serve", "--api-key of spaces", ["serve", "--api-key", "   "], "error", r"--api-key is empty", fast=True))
+    add(C("serve", "RAGKIT_API_KEY set but empty", ["serve"], "error", r"RAGKIT_API_KEY is empty.*--no-auth",
+          env={"RAGKIT_API_KEY": ""}, fast=True))
+    add(C("serve", "--no-auth with --api-key", ["serve", "--no-auth", "--api-key", "k"], "error", r"contradict",
+          fast=True))
 
     # -- locks (another live process holds the output)
     for argv, target in ((["eval", "--out", "r.json", "--limit", "1"], "r.json"),
@@ -990,6 +1050,19 @@ def _torn_partial(cwd: Path, fx: Fixtures, terminated: bool = False, cut: bool =
     elif cut:
         text = text[: len(text) - len(lines[-1]) // 2 - 1]
     (cwd / "r.json.partial.jsonl").write_text(text, encoding="utf-8")
+
+
+def _edited_partial(edit: Callable[[dict[str, Any]], None]) -> Setup:
+    """The whole partial file of a real 2-question run, its first output row (line 2) edited by hand."""
+    def setup(cwd: Path, fx: Fixtures) -> None:
+        _torn_partial(cwd, fx, cut=False)
+        p = cwd / "r.json.partial.jsonl"
+        lines = p.read_text(encoding="utf-8").splitlines()
+        row = json.loads(lines[1])
+        edit(row)
+        lines[1] = json.dumps(row)
+        p.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return setup
 
 
 def _torn_labels(cwd: Path) -> None:
@@ -1125,6 +1198,15 @@ def write_markdown(results: list[Result], path: Path, wall: float) -> None:
         " changed since ragkit wrote it is moved aside (`<out>.old-*`), never deleted; a symbolic link "
         "`--out` stays a link; temp folders `<out>.tmp-*` of killed saves are removed once their process is "
         "gone (see the `index` rows)",
+        "- no input trusted unchecked: a resumed eval row is checked field by field (an F1 of 7.5 or NaN, a "
+        "missing key: the error names `file:line`); label lines with null texts or ids or boolean utilities, "
+        "`--profile` files with 2-D or boolean weights are refused, a profile whose sum overflows keeps its "
+        "shape and one measured for another model or template is warned about; passage ids longer than 4,096 "
+        "characters, with a control character, or equal to another after Unicode NFC normalisation are "
+        "refused; a UTF-8 BOM is read; `ask -k` larger than the context holds is refused with the largest -k "
+        "that fits; a student folder whose config does not match its weights, whose weights are cut short, or"
+        " whose files link out of the folder is refused (see the `index`, `eval`, `distill` and `ask` rows "
+        "and `tests/robustness/test_hardening_data.py`)",
         f"- wall time: {wall:.0f} s",
         "",
         "| # | group | input | command | expected | outcome | pass |",

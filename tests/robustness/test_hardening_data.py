@@ -212,3 +212,268 @@ def test_index_save_cleans_what_a_killed_save_left(tmp_path: Path) -> None:
     assert len(list(tmp_path.glob("idx.tmp-*"))) == 1  # what a kill -9 leaves
     assert _index(out, corpus) == 0
     assert not list(tmp_path.glob("idx.tmp-*"))
+
+
+# ----------------------------------------------------------------------------- resumed eval rows
+@pytest.fixture(scope="module")
+def eval_run(tiny_lm_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple:
+    from ragkit.eval.runner import EvalConfig, run_eval
+    from ragkit.generation import Generator
+
+    gen = Generator(model=str(tiny_lm_dir), device="cpu", passage_max_tokens=16, show_progress=False)
+    cfg = EvalConfig(sample=True, limit=3, k=3, methods=("none",), max_new_tokens=3, n_bootstrap=10, chunk_size=1)
+    rep = run_eval(cfg, out=tmp_path_factory.mktemp("eval") / "ref.json", generator=gen, show_progress=False)
+    return cfg, gen, rep
+
+
+def _partial_with(out: Path, cfg, rep: dict, edit) -> Path:
+    from dataclasses import asdict
+
+    rows = [dict(r, metrics=dict(r["metrics"])) for r in rep["outputs"]]
+    edit(rows[1])  # a middle row
+    part = out.with_name(out.name + ".partial.jsonl")
+    part.write_text("\n".join(json.dumps(x) for x in [{"_fingerprint": cfg.fingerprint(), "config": asdict(cfg)},
+                                                      *rows]) + "\n", encoding="utf-8")
+    return part
+
+
+@pytest.mark.parametrize("edit, match", [
+    (lambda r: r["metrics"].__setitem__("f1", 7.5), r"the metric 'f1' is 7\.5"),
+    (lambda r: r["metrics"].__setitem__("f1", float("nan")), r"the metric 'f1' is nan"),
+    (lambda r: r.pop("metrics"), r"lacks \['metrics'\]"),
+    (lambda r: r.pop("qid"), r"lacks \['qid'\]"),
+    (lambda r: r.__setitem__("seconds", -3), r"'seconds' -3"),
+    (lambda r: r.__setitem__("ranking", [None]), r"'ranking' holds a value that is not a string"),
+], ids=["f1-7.5", "f1-nan", "no-metrics", "no-qid", "negative-seconds", "null-id"])
+def test_resumed_eval_rows_are_checked(eval_run: tuple, tmp_path: Path, edit, match: str) -> None:
+    """An edited middle row of an eval partial file entered the summary (F1 7.5, NaN) or stopped every
+    resume with a bare KeyError; now the error names the file, the line and the fix."""
+    from ragkit.eval.runner import run_eval
+
+    cfg, gen, rep = eval_run
+    out = tmp_path / "r.json"
+    _partial_with(out, cfg, rep, edit)
+    with pytest.raises(ValueError, match=rf"r\.json\.partial\.jsonl:3: .*{match}.*--no-resume"):
+        run_eval(cfg, out=out, generator=gen, show_progress=False)
+    assert not out.exists()
+
+
+def test_resumed_eval_rows_that_are_intact_are_reused(eval_run: tuple, tmp_path: Path) -> None:
+    from ragkit.eval.runner import run_eval
+
+    cfg, gen, rep = eval_run
+    out = tmp_path / "r.json"
+    _partial_with(out, cfg, rep, lambda r: None)
+    again = run_eval(cfg, out=out, generator=gen, show_progress=False)
+    assert again["timing"]["resumed_items"] == 3
+    assert again["outputs"] == rep["outputs"]
+
+
+# ----------------------------------------------------------------------------- label files
+_GOOD_LABEL = {"qid": "q1", "question": "Who?", "passage_ids": ["a", "b"], "texts": ["t", "u"], "u": [0.5, -0.5]}
+
+
+@pytest.mark.parametrize("change, match", [
+    ({"texts": ["t", None]}, r"'texts'\[1\] is null, not a string"),
+    ({"passage_ids": [None, "b"]}, r"'passage_ids'\[0\] is null"),
+    ({"qid": None}, r"'qid' is null"),
+    ({"question": None}, r"'question' is null"),
+    ({"u": [True, False]}, r"'u' must be a list of numbers; 'u'\[0\] is true"),
+    ({"answers": [None]}, r"'answers'\[0\] is null"),
+    ({"generator_calls": True}, r"'generator_calls' is true"),
+    ({"metadata": [1, 2]}, r"'metadata' must be a JSON object"),
+], ids=["null-text", "null-id", "null-qid", "null-question", "bool-u", "null-answer", "bool-calls", "list-meta"])
+def test_label_nulls_and_booleans_are_refused(tmp_path: Path, change: dict, match: str) -> None:
+    """Null texts became the text "None", null ids the id "None", booleans utilities 1.0 / 0.0."""
+    from ragkit.training.labels import read_labels
+
+    f = tmp_path / "labels.jsonl"
+    f.write_text(json.dumps(_GOOD_LABEL) + "\n" + json.dumps({**_GOOD_LABEL, "qid": "q2", **change}) + "\n")
+    with pytest.raises(ValueError, match=rf"labels\.jsonl:2: {match}"):
+        read_labels(f)
+
+
+def test_label_integer_ids_and_null_optional_fields_still_read(tmp_path: Path) -> None:
+    from ragkit.training.labels import read_labels
+
+    f = tmp_path / "labels.jsonl"
+    f.write_text(json.dumps({**_GOOD_LABEL, "qid": 7, "passage_ids": [1, 2], "titles": [None, "T"],
+                             "source": None}) + "\n")
+    (rec,) = read_labels(f)
+    assert rec.qid == "7" and rec.passage_ids == ("1", "2") and rec.titles == ("", "T") and rec.source == ""
+
+
+# ----------------------------------------------------------------------------- --profile
+@pytest.mark.parametrize("data, match", [
+    ({"weights": [[0.5, 0.5], [0.2, 0.8]]}, r"flat list of numbers"),
+    ({"weights": True}, r"flat list of numbers"),
+    ({"weights": [True, False, True]}, r"flat list of numbers"),
+    ({"weights": [0.5, 0.5], "k": "2"}, r"'k' must be a whole number"),
+    ({"weights": [0.5, 0.5], "model": ["x"]}, r"'model' must be a string"),
+], ids=["2-D", "true", "booleans", "k-string", "model-list"])
+def test_profile_file_shapes_are_refused(tmp_path: Path, data: dict, match: str) -> None:
+    """2-D weights were flattened and ``true`` read as a one-slot profile."""
+    from ragkit.debias.profile import PositionProfile
+
+    p = tmp_path / "p.json"
+    p.write_text(json.dumps(data))
+    with pytest.raises(ValueError, match=rf"p\.json: .*{match}"):
+        PositionProfile.load(p)
+
+
+def test_profile_near_float_max_keeps_its_shape() -> None:
+    """Weights whose sum overflows to infinity fell back to the flat profile without a word."""
+    from ragkit.debias.profile import PositionProfile
+
+    prof = PositionProfile.from_dict({"weights": [1e308, 1e308, 5e307]})
+    assert prof.weights.tolist() == pytest.approx([0.4, 0.4, 0.2])
+
+
+def test_profile_of_another_model_is_warned_about(tiny_lm_dir: Path, caplog) -> None:
+    from ragkit.debias.profile import PositionProfile
+    from ragkit.debias.reranker import MoIReranker
+    from ragkit.generation import Generator
+
+    gen = Generator(model=str(tiny_lm_dir), device="cpu", show_progress=False)
+    other = PositionProfile([0.1, 0.2, 0.7], model="meta-llama/Llama-3.1-70B-Instruct", template="chat")
+    with caplog.at_level(logging.WARNING, logger="ragkit.debias.profile"):
+        MoIReranker(gen, profile=other).profile_for(3)
+    assert "measured for meta-llama/Llama-3.1-70B-Instruct (template chat)" in caplog.text
+    assert "ragkit bias-profile" in caplog.text
+    caplog.clear()
+    own = PositionProfile([0.1, 0.2, 0.7], model=f"/elsewhere/{tiny_lm_dir.name}", template=gen.template.name)
+    with caplog.at_level(logging.WARNING, logger="ragkit.debias.profile"):
+        MoIReranker(gen, profile=own).profile_for(3)
+        MoIReranker(gen, profile=PositionProfile([0.5, 0.5])).profile_for(2)  # synthetic: any model
+    assert "measured for" not in caplog.text
+
+
+# ----------------------------------------------------------------------------- corpora
+@pytest.mark.parametrize("pid, match", [
+    ("x" * 1_000_000, r"1,000,000 characters"),
+    ("a\nb", r"control character '\\n'"),
+    ("a\x00b", r"control character '\\x00'"),
+    ("a\u2028b", r"U\+2028"),
+    ("   ", r"empty id"),
+], ids=["1M-chars", "newline", "NUL", "line-separator", "blank"])
+def test_corpus_ids_that_are_not_ids_are_refused(tmp_path: Path, pid: str, match: str) -> None:
+    from ragkit.retrievers import BM25Retriever
+    from ragkit.retrievers.base import iter_passages
+    from ragkit.types import Passage
+
+    c = tmp_path / "c.jsonl"
+    c.write_text(json.dumps({"id": "ok", "text": "fine"}) + "\n" + json.dumps({"id": pid, "text": "x"}) + "\n")
+    with pytest.raises(ValueError, match=rf"c\.jsonl:2: .*{match}"):
+        list(iter_passages(c))
+    with pytest.raises(ValueError, match=match):
+        BM25Retriever(show_progress=False).index([Passage("ok", "fine"), Passage(pid, "x")])
+
+
+def test_ids_equal_after_unicode_normalisation_are_refused() -> None:
+    from ragkit.retrievers import BM25Retriever
+    from ragkit.types import Passage
+
+    nfc, nfd = "caf\u00e9", "cafe\u0301"
+    with pytest.raises(ValueError, match="differ only in their Unicode normalisation"):
+        BM25Retriever(show_progress=False).index([Passage(nfc, "one text"), Passage(nfd, "another text")])
+    r = BM25Retriever(show_progress=False).index([Passage(nfc, "one text"), Passage("b", "two")])
+    with pytest.raises(ValueError, match="Unicode normalisation"):
+        r.add([Passage(nfd, "another")])
+
+
+def test_utf8_bom_at_the_start_of_a_jsonl_file_is_read(tmp_path: Path) -> None:
+    """A BOM (Notepad's "UTF-8") made line 1 "not valid JSON"."""
+    from ragkit.datasets import load_dataset
+    from ragkit.io import read_appended_jsonl, read_jsonl
+    from ragkit.retrievers.base import iter_passages
+
+    bom = "\ufeff"
+    c = tmp_path / "c.jsonl"
+    c.write_text(bom + json.dumps({"id": "a", "text": "x"}) + "\n", encoding="utf-8")
+    assert [p.id for p in iter_passages(c)] == ["a"]
+    assert read_jsonl(c) == [{"id": "a", "text": "x"}]
+    assert read_appended_jsonl(c) == [{"id": "a", "text": "x"}]
+    sample = (ROOT / "ragkit" / "data" / "hotpotqa_dev_sample.jsonl").read_text(encoding="utf-8").splitlines()[:2]
+    h = tmp_path / "hotpot.jsonl"
+    h.write_text(bom + "\n".join(sample) + "\n", encoding="utf-8")
+    assert len(load_dataset("auto", path=h)) == 2
+    g = tmp_path / "labels.jsonl"
+    g.write_text(bom + json.dumps(_GOOD_LABEL) + "\n", encoding="utf-8")
+    from ragkit.training.labels import read_labels
+
+    assert [r.qid for r in read_labels(g)] == ["q1"]
+
+
+# ----------------------------------------------------------------------------- ask -k
+def test_ask_with_more_passages_than_the_context_holds_is_refused(tiny_lm_dir: Path, capsys) -> None:
+    """``ragkit ask -k 5000`` cut every passage to 0 tokens and ran full-context prompts without a word."""
+    from ragkit.cli import main
+
+    rc = main(["--quiet", "ask", "Which magazine was published first?", "--model", str(tiny_lm_dir), "-k", "5000"])
+    err = capsys.readouterr().err
+    assert rc == 1 and "-k 5000" in err and "use -k" in err and "tokens" in err
+
+
+def test_ask_k_that_crowds_the_context_is_warned_about(tiny_lm_dir: Path, caplog) -> None:
+    from ragkit.cli.ask import _check_k_fits
+    from ragkit.generation import Generator
+
+    gen = Generator(model=str(tiny_lm_dir), device="cpu", show_progress=False)
+    room = gen.max_length - gen.answer_reserve
+    with caplog.at_level(logging.WARNING):
+        _check_k_fits(room // 32, gen)
+    assert "passages are cut" in caplog.text
+    caplog.clear()
+    _check_k_fits(5, gen)
+    assert not caplog.text
+
+
+# ----------------------------------------------------------------------------- student folders
+@pytest.fixture(scope="module")
+def student_dir(tiny_encoder_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from ragkit.debias.student import DistilledReranker
+
+    s = DistilledReranker.from_base(str(tiny_encoder_dir), device="cpu", max_length=64, seed=0)
+    return s.save_pretrained(tmp_path_factory.mktemp("students") / "student")
+
+
+def _student_copy(student_dir: Path, tmp_path: Path) -> Path:
+    d = tmp_path / "student"
+    shutil.copytree(student_dir, d)
+    return d
+
+
+def test_student_config_with_one_more_layer_is_refused(student_dir: Path, tmp_path: Path) -> None:
+    """It loaded a randomly initialised extra layer and ranked with it."""
+    from ragkit.debias.student import DistilledReranker
+
+    d = _student_copy(student_dir, tmp_path)
+    cfg = json.loads((d / "config.json").read_text())
+    cfg["num_hidden_layers"] += 1
+    (d / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ValueError, match=r"config\.json does not match the weights: .*layer\.2\..*would be random"):
+        DistilledReranker.load(d, device="cpu")
+    assert DistilledReranker.load(student_dir, device="cpu").rank("q", ["a", "b"]).ids()  # the intact one loads
+
+
+def test_truncated_student_weights_name_the_file(student_dir: Path, tmp_path: Path) -> None:
+    from ragkit.debias.student import DistilledReranker
+
+    d = _student_copy(student_dir, tmp_path)
+    w = d / "model.safetensors"
+    w.write_bytes(w.read_bytes()[: w.stat().st_size // 2])
+    with pytest.raises(ValueError, match=r"model\.safetensors is damaged or cut short"):
+        DistilledReranker.load(d, device="cpu")
+
+
+def test_student_weights_linked_from_outside_are_refused(student_dir: Path, tmp_path: Path) -> None:
+    from ragkit.debias.student import DistilledReranker
+
+    d = _student_copy(student_dir, tmp_path)
+    outside = tmp_path / "elsewhere.safetensors"
+    shutil.move(str(d / "model.safetensors"), outside)
+    (d / "model.safetensors").symlink_to(outside)
+    with pytest.raises(ValueError, match=r"symbolic link leading out of the student folder"):
+        DistilledReranker.load(d, device="cpu")
+    with pytest.raises(ValueError, match=r"symbolic link"):
+        DistilledReranker.from_pretrained(d, device="cpu")

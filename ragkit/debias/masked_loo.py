@@ -1,0 +1,118 @@
+"""A cheap estimator of MoI's leave-one-out question likelihoods: one prefill, passages masked out.
+
+Exact leave-one-out (MoI's default, ``design="loo"``, ``outcome="question"``) scores the question
+after ``N + 1`` prompts: the full prompt and the prompt without passage ``i`` for each ``i``. With
+the shared-prefix cache each prompt without ``i`` still recomputes every passage after ``i``, about
+``N² L / 2`` tokens for ``N`` passages of ``L`` tokens, where UPR needs ``N L``.
+
+This estimator prefills the full prompt's passage block **once** and scores every intervention
+from that one cache: the tokens after the block (the cue, e.g. ``"Question:"``) and the question
+are run once per intervention with an attention mask that hides the tokens of the passages the
+intervention leaves out, at the positions they have in the full prompt:
+
+    o_masked(S) = (1/|q|) Σ_t log p(q_t | q_<t, cue, KV(prefix + block) restricted to S).
+
+Cost: ``|prompt| + M · (|cue| + |q|)`` prefilled tokens for ``M`` interventions, about UPR's.
+
+It is an approximation, not exact leave-one-out: the passages after a hidden passage were encoded
+while it was present (their keys and values still carry some of it), the positions keep the gap
+it leaves, and the passage numbers ``[j]`` are not renumbered. (Attention masking over a shared
+cache is the "KV blocks" family of context-attribution shortcuts; AttriBoT, Liu et al., ICLR 2025,
+arXiv 2411.15102, reports such approximations against exact leave-one-out.) Use it where its
+fidelity to exact leave-one-out has been measured (Spearman of the utilities, top-K agreement):
+``experiments/pipeline`` reports both.
+
+Any presence design whose interventions keep the passages in input order works (``loo``,
+``ablate``); the layout is the ``question`` outcome's (:func:`ragkit.generation.question_template`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ragkit.debias.icr import encode_with_spans, passage_layout
+from ragkit.debias.outcomes import OutcomeResult
+from ragkit.generation.base import charge
+from ragkit.types import Passage
+
+__all__ = ["masked_question_outcomes", "masked_scores"]
+
+
+def masked_scores(generator: Any, question: str, passages: Sequence[Passage],
+                  interventions: Sequence[Sequence[int]]) -> np.ndarray:
+    """``o_masked(S_m)`` for each intervention ``S_m`` (increasing passage indices) of one question."""
+    import torch
+    from transformers import DynamicCache
+
+    from ragkit.generation.decoding import cache_argument
+    from ragkit.generation.prompts import question_template
+
+    k = len(passages)
+    sets = [[int(i) for i in o] for o in interventions]
+    for m, o in enumerate(sets):
+        if o != sorted(set(o)) or any(i < 0 or i >= k for i in o):
+            raise ValueError(f"intervention {m} ({o}) must list passage indices in increasing order (a subset in "
+                             "input order): the masked estimator hides passages of the full prompt, it cannot "
+                             "reorder them")
+    tmpl = question_template(generator.template)
+    prompt, char_spans = passage_layout(generator, tmpl, question, passages)
+    p_ids, (q_ids,), spans = encode_with_spans(generator, prompt, char_spans, [question])
+    block_end = max((max(s) + 1 for s in spans if s), default=1)
+    cue = p_ids[block_end:]
+    row = cue + q_ids
+    model = generator.model
+    dev = next(model.parameters()).device
+    cache_arg = cache_argument(model)
+    out = np.zeros(len(sets))
+    with torch.inference_mode():
+        ids = torch.tensor([p_ids[:block_end]], dtype=torch.long, device=dev)
+        first = model(input_ids=ids, attention_mask=torch.ones_like(ids),
+                      position_ids=torch.arange(block_end, device=dev)[None, :], use_cache=True,
+                      **{cache_arg: DynamicCache(config=model.config)})
+        kv = [(layer.keys, layer.values) for layer in first.get(cache_arg).layers]
+        bs = max(1, int(getattr(generator, "batch_size", 8)))
+        r_ids = torch.tensor(row, dtype=torch.long, device=dev)
+        pos = (block_end + torch.arange(len(row), device=dev))[None, :]
+        tgt = torch.tensor(q_ids, dtype=torch.long, device=dev)
+        for start in range(0, len(sets), bs):
+            chunk = sets[start:start + bs]
+            b = len(chunk)
+            mask = torch.ones((b, block_end + len(row)), dtype=torch.long, device=dev)
+            for r, keep in enumerate(chunk):
+                hidden = [t for i in sorted(set(range(k)) - set(keep)) for t in spans[i]]
+                if hidden:
+                    mask[r, hidden] = 0
+            cache = DynamicCache(ddp_cache_data=[(kk.expand(b, -1, -1, -1), vv.expand(b, -1, -1, -1))
+                                                 for kk, vv in kv])
+            res = model(input_ids=r_ids[None, :].expand(b, -1), attention_mask=mask, position_ids=pos.expand(b, -1),
+                        use_cache=True, **{cache_arg: cache})
+            logits = res.logits[:, len(cue) - 1:len(row) - 1].float()
+            lp = logits.gather(-1, tgt[None, :, None].expand(b, -1, 1))[..., 0] - torch.logsumexp(logits, dim=-1)
+            out[start:start + b] = lp.double().mean(dim=1).cpu().numpy()
+    forwards, tokens = 1 + -(-len(sets) // bs), block_end + len(sets) * len(row)
+    counters = getattr(generator, "counters", None)
+    if isinstance(counters, dict):  # the generator's token ledger: the block once, the cue + question per row
+        counters["forwards"] = counters.get("forwards", 0) + forwards
+        counters["prefill_tokens"] = counters.get("prefill_tokens", 0) + tokens
+    charge(forward_passes=forwards, tokens_prefilled=tokens)  # the caller's own meter
+    return out
+
+
+def masked_question_outcomes(generator: Any, questions: Sequence[str], passages: Sequence[Sequence[Passage]],
+                             orderings: Sequence[Sequence[Sequence[int]]],
+                             answers: Sequence[Sequence[str]] | None = None) -> list[OutcomeResult]:
+    """An MoI outcome (``MoI(outcome=masked_question_outcomes)``): the masked estimate of the ``question`` outcome.
+
+    One prefill of each question's passage block, then ``M`` short rows (module docstring);
+    ``generator_calls`` counts the ``M`` scored rows. ``answers`` is accepted for the outcome
+    signature and not used.
+    """
+    del answers
+    res = []
+    for q, p, o in zip(questions, passages, orderings):
+        res.append(OutcomeResult(values=masked_scores(generator, q, list(p), o), answers=[], target=None,
+                                 generator_calls=len(o)))
+    return res
