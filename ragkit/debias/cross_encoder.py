@@ -15,8 +15,9 @@ of all queries of one ``rank_many`` call can be regrouped freely without changin
 3. measures each resulting pair's token length with the model's own tokenizer and cuts the pairs
    into length buckets, one encoder forward each (:func:`ragkit.batching.length_buckets`), so that
    a short pair is not padded to the longest pair of the call;
-4. rebuilds every query's ranking from its pairs' scores (``RankedList.from_scores``), and records
-   per query how many documents were truncated or chunked (:attr:`CrossEncoderReranker.last_long_docs`).
+4. rebuilds every query's ranking from its pairs' scores (``RankedList.from_scores``); its
+   ``info.details["long_docs"]`` says how many documents were truncated or chunked, and which
+   (:meth:`ragkit.debias.long_docs.CutPairs.details`).
 
 ``ragkit serve`` micro-batches concurrent requests into one such call, and evaluation gets the
 same saving offline.
@@ -33,10 +34,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ragkit.batching import length_buckets
+from ragkit.debias.calibration import PlattCalibration
 from ragkit.debias.long_docs import CutPairs, LongDocs, LongDocStats, cut_pairs
 from ragkit.io import progress, progress_enabled
 from ragkit.reranking import Reranker
-from ragkit.types import Passage, Query, RankedList
+from ragkit.types import Passage, Query, RankedList, RankInfo
 
 if TYPE_CHECKING:  # pragma: no cover
     from sentence_transformers import CrossEncoder
@@ -86,6 +88,9 @@ class CrossEncoderReranker(Reranker):
         padding overhead).
     docs_truncated, docs_chunked
         Running totals of documents that were truncated / scored as several chunks.
+    calibration
+        A :class:`~ragkit.debias.calibration.PlattCalibration` of the raw scores (read from the
+        model folder's ``ragkit_calibration.json``), or ``None``.
     last_long_docs
         One :class:`~ragkit.debias.long_docs.LongDocStats` per query of the last :meth:`rank_many`
         call (documents, truncated, chunked, encoder sequences). A diagnostic of the last call,
@@ -118,6 +123,7 @@ class CrossEncoderReranker(Reranker):
         self.max_batch_tokens = max_batch_tokens
         self.forward_cost_tokens = forward_cost_tokens
         self.long_docs = long_docs
+        self.calibration: PlattCalibration | None = None  # raw score -> P(relevant); ragkit serve reports it
         self.last_long_docs: list[LongDocStats] = []
         self._reset_counters()
 
@@ -167,6 +173,7 @@ class CrossEncoderReranker(Reranker):
         """
         rr = cls(_load_cross_encoder(name_or_path, device=device, max_length=max_length), batch_size=batch_size,
                  max_batch_tokens=max_batch_tokens, forward_cost_tokens=forward_cost_tokens, long_docs=long_docs)
+        rr.calibration = PlattCalibration.find(name_or_path if Path(name_or_path).is_dir() else None)
         return rr.with_backend(backend, source=name_or_path) if backend != "torch" else rr
 
     @property
@@ -279,7 +286,9 @@ class CrossEncoderReranker(Reranker):
         self.last_long_docs = [cut.stats(r) for r in rows]
         self.docs_truncated += sum(s.truncated for s in self.last_long_docs)
         self.docs_chunked += sum(s.chunked for s in self.last_long_docs)
-        return [RankedList.from_scores(ps, flat[r].tolist(), q) for q, ps, r in zip(queries, passages, rows)]
+        return [RankedList.from_scores(ps, flat[r].tolist(), q, RankInfo(forward_passes=len(cut.units),
+                                                                           details={"long_docs": cut.details(r)}))
+                for q, ps, r in zip(queries, passages, rows)]
 
 
 def _max_pair_length(model: Any) -> int | None:

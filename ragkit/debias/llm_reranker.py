@@ -30,7 +30,7 @@ from ragkit.batching import length_buckets
 from ragkit.debias.long_docs import CutPairs, LongDocs, LongDocStats, cut_pairs
 from ragkit.io import progress
 from ragkit.reranking import Reranker
-from ragkit.types import Passage, Query, RankedList
+from ragkit.types import Passage, Query, RankedList, RankInfo
 
 __all__ = ["LLMReranker", "DEFAULT_INSTRUCTION", "SYSTEM_PROMPT"]
 
@@ -178,4 +178,6 @@ class LLMReranker(Reranker):
         units = self.score_texts([self.prompt(q, d) for q, d in cut.units])
         flat = np.asarray(cut.aggregate(units), dtype=np.float32)
         self.last_long_docs = [cut.stats(r) for r in rows]
-        return [RankedList.from_scores(ps, flat[r].tolist(), q) for q, ps, r in zip(queries, passages, rows)]
+        return [RankedList.from_scores(ps, flat[r].tolist(), q, RankInfo(forward_passes=len(cut.units),
+                                                                           details={"long_docs": cut.details(r)}))
+                for q, ps, r in zip(queries, passages, rows)]

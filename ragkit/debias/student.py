@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ragkit.debias.calibration import PlattCalibration
 from ragkit.debias.cross_encoder import CrossEncoderReranker
 from ragkit.debias.long_docs import LongDocs
 from ragkit.io import atomic_dir
@@ -240,6 +241,7 @@ class DistilledReranker(CrossEncoderReranker):
         _check_weights_cover_model(p, model, names)
         student = cls(model, meta.get("metadata", {}), batch_size=batch_size, max_batch_tokens=max_batch_tokens,
                       forward_cost_tokens=forward_cost_tokens, long_docs=long_docs)
+        student.calibration = PlattCalibration.find(p)
         return student.with_backend(backend, source=str(p))
 
     def save_pretrained(self, path: str | os.PathLike[str], overwrite: bool = False,
@@ -259,6 +261,8 @@ class DistilledReranker(CrossEncoderReranker):
             meta = {"format": _META_FORMAT, "metadata": self.metadata}
             (tmp / META_FILE).write_text(json.dumps(meta, indent=2, ensure_ascii=False, default=str),
                                          encoding="utf-8")
+            if self.calibration is not None:
+                self.calibration.save(tmp)
             if card:
                 (tmp / "README.md").write_text(model_card(self.metadata, out.name), encoding="utf-8")
         logger.info("saved distilled reranker to %s", out)
