@@ -56,7 +56,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from _harness import gpu_epilog, write_result
+
+from ragkit.eval.harness import gpu_epilog, write_result
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -166,8 +167,7 @@ def _workloads(docs: list[int]) -> dict[int, list[dict[str, Any]]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    epilog = gpu_epilog(
-        "serve.py",
+    epilog = gpu_epilog("benchmarks/serve.py",
         "--device cuda --docs 1,4,10 --clients 1,8,32 --out benchmarks/results/serve-gpu.json",
         note="On a GPU merged batches are where micro-batching pays (one forward for many requests).",
         generator=False)

@@ -741,12 +741,21 @@ def progress_enabled(show: bool | None = None) -> bool:
     return not os.environ.get("RAGKIT_NO_PROGRESS")
 
 
+PROGRESS_DELAY_S = 2.0
+"""A bar appears only once its work has taken this long: sub-second stages print nothing."""
+
+
 def progress(iterable: Iterable[Any], show: bool | None = None, **kw: Any) -> Iterable[Any]:
-    """Wrap ``iterable`` in a ``tqdm`` bar when progress is enabled."""
+    """Wrap ``iterable`` in a ``tqdm`` bar when progress is enabled.
+
+    The bar is drawn only after :data:`PROGRESS_DELAY_S` (tqdm's ``delay``), so work that ends
+    sooner leaves no bar behind; ``kw`` go to ``tqdm`` (``delay=0`` draws at once).
+    """
     if not progress_enabled(show):
         return iterable
     from tqdm.auto import tqdm
 
+    kw.setdefault("delay", PROGRESS_DELAY_S)
     return tqdm(iterable, **kw)
 
 

@@ -56,7 +56,8 @@ def _ask(args: argparse.Namespace) -> int:
     _check_k_fits(args.k, rag.generator)
     res = rag.ask(args.question)
     result: dict[str, Any] = {"index": args.index or "bundled HotpotQA sample (BM25)",
-                              "moi": rag.moi is not None, **res.to_dict()}
+                              "moi": rag.moi is not None, **res.to_dict(),
+                              "profiles": rag.method.profiles_used()}
     lines = [f"Answer: {result['answer']}"]
     lines += [f"{r['rank']:>3}  {r['id']}  (retriever rank {r['retriever_rank']})" for r in result["passages"]]
     emit(result, args, "\n".join(lines))

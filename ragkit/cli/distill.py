@@ -3,9 +3,9 @@
 Usage::
 
     # 1. label training questions with MoI (gold outcome, leave-one-out design); resumable
-    ragkit distill labels --data-file ../shared/data/hotpotqa/train.jsonl --out labels.jsonl --limit 80
-    # 2. train the student cross-encoder (embedded MiniLM by default)
-    ragkit distill --labels labels.jsonl --out students/minilm-moi --loss listnet --epochs 3
+    ragkit distill labels --data-file $RAGKIT_DATA/hotpotqa/train.jsonl --out labels.jsonl --limit 80
+    # 2. train a student (residual by default), checked against the first stage on held-out questions
+    ragkit distill --labels labels.jsonl --out students/minilm-moi --student residual --epochs 3
     # 3. use it
     ragkit rerank --reranker student:students/minilm-moi ...
 
@@ -31,6 +31,19 @@ from ragkit.cli._common import (
 
 def _add_train_args(p: argparse.ArgumentParser, required: bool) -> None:
     p.add_argument("--labels", required=required, help="label file (JSONL) from `ragkit distill labels`")
+    p.add_argument("--student", default="residual", choices=("residual", "cross-encoder"),
+                   help="residual: retriever order + a zero-initialised cross-encoder correction (default); "
+                        "cross-encoder: a fresh scoring head")
+    p.add_argument("--holdout", type=float, default=0.2,
+                   help="fraction of labelled questions held out to compare the student with its first stage "
+                        "(default 0.2; 0 skips the check)")
+    p.add_argument("--relevance", default="auto", choices=("auto", "gold", "labels"),
+                   help="relevant passages of the check: gold ids where present, else top-utility (auto)")
+    p.add_argument("--tolerance", type=float, default=0.0,
+                   help="how far below the first stage (MRR@10, recall@3) a student may fall (default 0)")
+    p.add_argument("--force", action="store_true", help="save a student that falls below its first stage")
+    p.add_argument("--prior", default="rank", choices=("rank", "score"),
+                   help="residual student's prior: the given order (default) or the retriever scores")
     p.add_argument("--base-model", default=None,
                    help="encoder to start from: sentence-transformers/HF path or hub id (default: embedded MiniLM)")
     p.add_argument("--loss", default="listnet", choices=("listnet", "ranknet", "lambdaloss"),
@@ -88,28 +101,26 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from ragkit.training.distill import train_student
+    from ragkit.training.distill import distill
 
     if not args.labels or not args.out:
         raise ValueError("`ragkit distill` needs --labels FILE and --out DIR (or use `ragkit distill labels ...`)")
+    kw: dict[str, Any] = dict(base_model=args.base_model, loss=args.loss, epochs=args.epochs,
+                              batch_size=args.batch_size, lr=args.lr, max_length=args.max_length,
+                              temperature=args.temperature, device=args.device)
+    if args.student == "residual":
+        kw["prior"] = args.prior
     with contextlib.redirect_stdout(sys.stderr):  # the Trainer prints its logs; stdout is for --json
-        res = train_student(
-            args.labels,
-            args.out,
-            base_model=args.base_model,
-            loss=args.loss,
-            epochs=args.epochs,
-            batch_size=args.batch_size,
-            lr=args.lr,
-            seed=args.seed,
-            max_length=args.max_length,
-            temperature=args.temperature,
-            device=args.device,
-            overwrite=args.overwrite,
-        )
+        res = distill(args.labels, args.out, args.student, holdout=args.holdout, relevance=args.relevance,
+                      tolerance=args.tolerance, force=args.force, seed=args.seed, overwrite=args.overwrite, **kw)
+    c = res.reranker.metadata.get("comparison")
+    check = ("no held-out check" if not c else "held-out " + ", ".join(
+        f"{m} {c['student'][m]:.4f} (first stage {c['first_stage'][m]:.4f})" for m in c["first_stage"]))
+    loss = ("" if res.initial_loss is None else
+            f"; training loss {res.initial_loss:.4f} -> {res.final_loss:.4f}")
     emit(res.to_dict(), args,
-         f"trained {args.loss} student on {res.num_queries} questions ({res.num_pairs} pairs) in "
-         f"{res.seconds:.1f} s; training loss {res.initial_loss:.4f} -> {res.final_loss:.4f}; saved to {args.out}")
+         f"trained {args.student} student ({args.loss}) on {res.num_queries} questions ({res.num_pairs} pairs) in "
+         f"{res.seconds:.1f} s{loss}; {check}; saved to {args.out}")
     return 0
 
 

@@ -131,7 +131,8 @@ def _rerank(args: argparse.Namespace) -> int:
         ranked = rr.rank(args.query, passages, scores)
         d = ranked.info.details
         result.update({"reranker": kind, "design": d.get("design"), "outcome": d.get("outcome"),
-                       "orderings": d.get("orderings"), "consensus_answer": d.get("target")})
+                       "orderings": d.get("orderings"), "consensus_answer": d.get("target"),
+                       "profiles": getattr(rr, "profiles_used", list)()})
     else:
         kw = {"device": args.device} if kind in ("student", "cross-encoder") else {}
         ranked = get_reranker(spec, **kw).rank(args.query, passages, scores)
@@ -159,9 +160,12 @@ def _bias_profile(args: argparse.Namespace) -> int:
     cached = prof.save_cached()  # MoI picks it up for this (model, template, k) from now on
     if args.plot:
         prof.plot(args.plot)
-    text = " ".join(f"{w:.3f}" for w in prof.weights) + f"\nsaved {args.out}" + (
-        f" and {args.plot}" if args.plot else "") + f"; cached as {cached}"
-    emit(prof.to_dict(), args, text)
+    text = (" ".join(f"{w:.3f}" for w in prof.weights) + f"\nsaved {args.out}"
+            + (f" and {args.plot}" if args.plot else "")
+            + f"\ncached as {cached}: from now on it is the default profile of MoI and bias-aware placement for "
+              f"{prof.model} (template {prof.template}, k={prof.k}) in every command (reports record its path and "
+              "sha256); delete that file to go back to the built-in default, or pass --profile FILE to choose")
+    emit({**prof.to_dict(provenance=False), "cached_as": str(cached)}, args, text)
     return 0
 
 

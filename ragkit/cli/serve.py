@@ -14,14 +14,16 @@ __all__ = ["register", "build_reranker"]
 logger = logging.getLogger(__name__)
 
 
-def build_reranker(spec: str, model: str | None = None, device: str = "auto", backend: str = "torch") -> Any:
+def build_reranker(spec: str, model: str | None = None, device: str = "auto",
+                   backend_deadline: float | None = None, backend: str = "torch") -> Any:
     """A reranker from a spec through :func:`ragkit.debias.get_reranker`.
 
     ``moi`` (and the other MoI presets) run on the generator ``model``: a local model, or an
     OpenAI-compatible server URL such as ``http://HOST:PORT/v1`` (through
-    :func:`ragkit.generation.load_generator`); ``student:DIR`` and ``cross-encoder:NAME`` load
-    an encoder on ``device`` and ``backend`` (``torch``, ``onnx``, ``onnx-int8``); ``llm:MODEL``
-    a causal LM on ``device``.
+    :func:`ragkit.generation.load_generator`; ``backend_deadline`` bounds each of its HTTP calls,
+    retries and waits included: the server passes its request deadline, past which the answer
+    would be thrown away); ``student:DIR`` and ``cross-encoder:NAME`` load an encoder on ``device``
+    and ``backend`` (``torch``, ``onnx``, ``onnx-int8``); ``llm:MODEL`` a causal LM on ``device``.
     """
     from ragkit.debias import get_reranker
     from ragkit.debias.presets import parse_reranker
@@ -30,8 +32,10 @@ def build_reranker(spec: str, model: str | None = None, device: str = "auto", ba
     kind = spec.partition(":")[0]
     if kind.startswith("moi"):
         from ragkit.generation import load_generator
+        from ragkit.generation.remote import is_server_url
 
-        return get_reranker(spec, generator=load_generator(model, device=device))
+        extra = {"deadline": backend_deadline} if backend_deadline is not None and is_server_url(model) else {}
+        return get_reranker(spec, generator=load_generator(model, device=device, **extra))
     if kind in ("student", "cross-encoder"):
         return get_reranker(spec, device=device, backend=backend)
     if backend != "torch":
@@ -83,7 +87,8 @@ def _serve(args: argparse.Namespace) -> int:
     if args.host not in ("127.0.0.1", "localhost", "::1") and api_key is None:
         logger.warning("serving on %s without an API key; anyone who reaches the port can use it "
                        "(set --api-key or RAGKIT_API_KEY)", args.host)
-    reranker = build_reranker(args.reranker, args.model, args.device, args.backend)
+    reranker = build_reranker(args.reranker, args.model, args.device, backend_deadline=settings.request_timeout_s,
+                              backend=args.backend)
     if args.calibration is not None:
         from ragkit.debias.calibration import PlattCalibration
 

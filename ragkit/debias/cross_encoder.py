@@ -103,6 +103,8 @@ class CrossEncoderReranker(Reranker):
     """
 
     name = "cross-encoder"
+    pointwise = True
+    """Each (query, passage) score depends on that pair alone (``ragkit serve`` may cache it)."""
 
     def __init__(self, model: CrossEncoder | str, batch_size: int = 64, show_progress: bool | None = None,
                  max_batch_tokens: int | None = None, forward_cost_tokens: int = 128,

@@ -28,7 +28,8 @@ estimators: :func:`loo_utilities` (the drop when a passage is left out), :func:`
 :func:`mixed_utilities` (alternating least squares for ``u`` and ``a`` together). Every estimator
 returns a :class:`UtilityFit`, whose fitted values feed :func:`separates`, the per-query test that
 decides whether the interventions separated the passages at all; :func:`blend_with_retriever`
-mixes the utilities with the retriever order ("never worse than the retriever", issue 20).
+mixes the utilities with the retriever order, so that a noisy estimate cannot fall far below the
+retriever's own ranking.
 """
 
 from __future__ import annotations

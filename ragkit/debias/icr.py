@@ -137,7 +137,7 @@ class ICRReranker(Reranker):
         import torch
         from transformers import DynamicCache
 
-        from ragkit.generation.decoding import cache_argument
+        from ragkit.generation.handle import cache_argument
 
         gen = self.generator
         model = gen.model

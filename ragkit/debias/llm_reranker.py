@@ -70,6 +70,7 @@ class LLMReranker(Reranker):
     """
 
     name = "llm"
+    pointwise = True
 
     def __init__(self, model: Any, tokenizer: Any, instruction: str = DEFAULT_INSTRUCTION, batch_size: int = 8,
                  max_length: int = 1024, long_docs: LongDocs | None = None, max_batch_tokens: int | None = 8192,

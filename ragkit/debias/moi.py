@@ -18,7 +18,7 @@ Designs and their estimators (:mod:`ragkit.debias.designs`, :mod:`ragkit.debias.
 
 - permutations (``cyclic``, ``prior``, ``random``): ridge utilities
   ``u = (A_cᵀA_c + λI)⁻¹(A_cᵀo_c + λ u_prior)`` (:func:`~ragkit.debias.estimators.ridge_utilities`);
-- presence (issue 20): ``loo`` (``u_p = o(full) − o(full \\ p)``), ``ablate`` (ContextCite's
+- presence: ``loo`` (``u_p = o(full) − o(full \\ p)``), ``ablate`` (ContextCite's
   Lasso/ridge surrogate on the logit of the outcome probability) and ``mixed`` (subsets in random
   orders, ``u`` and ``a`` from one alternating-least-squares regression).
 
@@ -35,21 +35,21 @@ blended with the retriever order,
 list) and ``β = 0`` for one without (an order that may carry no information), the value chosen
 on the per-question BM25 order of 10 HotpotQA train questions with the reference generator
 (``loo`` + ``question``: MRR@10 0.838 unblended, 0.950 at β = 0.7–0.85, BM25 alone 0.900;
-``benchmarks/results/moi_designs_train-qwen-bm25-cpu.json``, whose prior is the retriever ranks),
+``experiments/moi_lab/results/moi_designs_train-qwen-bm25-cpu.json``, whose prior is the retriever ranks),
 while on the random given order any β above 0.5 costs quality.
 
-Default (issue 20, chosen on HotpotQA **train**, never on reported questions): ``design="loo"``
+Default (chosen on HotpotQA **train**, never on reported questions): ``design="loo"``
 with the label-free ``question`` outcome (query likelihood of the question after the passages of
 each intervention, UPR), ``k + 1`` sequences and no generation before the final answer. On 10
 train questions (k = 10, gold-paragraph MRR@10; given order 0.485) it reached 0.914 with the
 reference generator Qwen2.5-Coder-0.5B (+0.429 [+0.203, +0.639], 11 sequences;
-``benchmarks/results/moi_designs_train-qwen-cpu.json``) and 0.842 with the embedded SmolLM2-135M
-(+0.357 [+0.130, +0.583]; ``benchmarks/results/moi_designs_train-cpu.json``), where
+``experiments/moi_lab/results/moi_designs_train-qwen-cpu.json``) and 0.842 with the embedded SmolLM2-135M
+(+0.357 [+0.130, +0.583]; ``experiments/moi_lab/results/moi_designs_train-cpu.json``), where
 ``loo``/``full_answer`` reached 0.554 / 0.475 and the permutation designs with a label-free
 outcome fell back to the given order (0.485). The former default, ``cyclic`` / ``consensus``,
 is the ``moi_cyclic`` preset.
 
-Adaptive budget (``budget="auto"``, issue 15 item 3): interventions are added in rounds and the
+Adaptive budget (``budget="auto"``): interventions are added in rounds and the
 loop stops once the top-``stable_top`` of the ranking is unchanged for a round (see :class:`MoI`).
 """
 
@@ -196,8 +196,8 @@ class MoI:
         One of :data:`ragkit.debias.designs.DESIGNS`: the presence designs ``"loo"`` (default: the
         full prompt and the k prompts that each leave one passage out, k + 1 prompts),
         ``"ablate"`` (2k random subsets) and ``"mixed"`` (3k random subsets in random orders), or
-        the permutation designs ``"cyclic"`` (k rotations, a Latin square; the default before
-        issue 20), ``"prior"`` (M < k orderings around the retriever order) and ``"random"``.
+        the permutation designs ``"cyclic"`` (k rotations, a Latin square; the former
+        default), ``"prior"`` (M < k orderings around the retriever order) and ``"random"``.
         The default was chosen on train questions (module docstring).
     budget
         Number of interventions ``M`` (default per design, see
@@ -268,11 +268,6 @@ class MoI:
         the modified z-score the best passage must reach.
     stable_top
         ``budget="auto"``: the number ``m`` of top passages that must be unchanged for a round.
-    reuse_cache
-        One prefill per ordering (:mod:`ragkit.debias.outcomes`): generate each ordering's answer
-        and score candidates from the same cache, and reuse an ordering's answer as the final
-        answer when the chosen order is one of the orderings run. ``False``: the former path
-        (generate, prefill again to score, a new prompt for the final answer); same outputs.
     """
 
     def __init__(
@@ -298,7 +293,6 @@ class MoI:
         fallback_z: float = 3.5,
         stable_top: int = 2,
         calibrate_profile: bool = False,
-        reuse_cache: bool = True,
     ) -> None:
         if design not in DESIGNS:
             raise ValueError(f"unknown design {design!r}; choose one of {DESIGNS}")
@@ -351,15 +345,14 @@ class MoI:
         self.fallback_z = float(fallback_z)
         self.stable_top = int(stable_top)
         self.calibrate_profile = bool(calibrate_profile)
-        self.reuse_cache = bool(reuse_cache)
         self._profiles: dict[int, PositionProfile] = {}
 
     def _outcome_kwargs(self) -> dict[str, Any]:
         if callable(self.outcome) or self.outcome == "gold":
             return {}
         if self.outcome == "consensus":
-            return {"max_new_tokens": self.max_new_tokens, "max_tied": self.max_tied, "reuse_cache": self.reuse_cache}
-        return {"max_new_tokens": self.max_new_tokens, "reuse_cache": self.reuse_cache}
+            return {"max_new_tokens": self.max_new_tokens, "max_tied": self.max_tied}
+        return {"max_new_tokens": self.max_new_tokens}
 
     def profile_for(self, k: int) -> PositionProfile:
         """The profile used for ``k`` passages (given, or the model's own; memoised per ``k``)."""
@@ -374,6 +367,10 @@ class MoI:
                 self._profiles[k] = PositionProfile.for_generator(self.generator, k,
                                                                   calibrate=self.calibrate_profile, seed=self.seed)
         return self._profiles[k]
+
+    def profiles_used(self) -> list[dict[str, Any]]:
+        """Where each profile this MoI has used came from (:attr:`PositionProfile.provenance`), by ``k``."""
+        return [self._profiles[k].provenance for k in sorted(self._profiles)]
 
     def orderings_for(self, k: int, rng: np.random.Generator) -> list[list[int]]:
         """The design's interventions for ``k`` passages (fixed budget)."""
@@ -533,14 +530,13 @@ class MoI:
                                      fit_stats=dict(stats),
                                      rounds=rounds[i], estimated_weights=est_w, raw_utilities=raw))
         if generate_answer:
-            reused = [reusable_answer(r.orderings, r.ordering_answers, r.order) if self.reuse_cache else None
-                      for r in results]
+            # an ordering already run in the chosen order has its answer; the consensus answer is a
+            # draft that greedy decoding of the final prompt is checked against (same answers, less work)
+            reused = [reusable_answer(r.orderings, r.ordering_answers, r.order) for r in results]
             todo = [i for i, a in enumerate(reused) if a is None]
-            # the consensus answer is a draft that greedy decoding of the final prompt is checked against
-            kw = ({"drafts": [results[i].target for i in todo]}
-                  if self.reuse_cache and callable(getattr(self.generator, "run_orderings", None)) else {})
             finals = self.generator.answer([qs[i] for i in todo], [[ps[i][j] for j in results[i].order] for i in todo],
-                                           max_new_tokens=self.max_new_tokens, **kw) if todo else []
+                                           max_new_tokens=self.max_new_tokens,
+                                           drafts=[results[i].target for i in todo]) if todo else []
             for i, a in zip(todo, finals):
                 results[i].answer = a
                 results[i].generator_calls += 1

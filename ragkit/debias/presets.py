@@ -15,8 +15,8 @@ spec                      reranker
 ``random``                :class:`~ragkit.debias.baselines.RandomReranker` (chance level, seeded)
 ``moi``                   :class:`~ragkit.debias.reranker.MoIReranker` with its default: leave-one-out
                           presence design, ``question`` outcome (query likelihood; k + 1 sequences),
-                          chosen on HotpotQA train (issue 20; :mod:`ragkit.debias.moi`)
-``moi_cyclic``            MoI, cyclic design (M = k), ``consensus`` (the default before issue 20)
+                          chosen on HotpotQA train (:mod:`ragkit.debias.moi`)
+``moi_cyclic``            MoI, cyclic design (M = k), ``consensus`` (the former default)
 ``moi_prior``             MoI, prior design (M = 3), ``consensus``
 ``moi_random``            MoI, random design (M = k), ``consensus``
 ``moi_confidence``        MoI, cyclic design, ``confidence`` outcome
@@ -390,6 +390,23 @@ class Method:
         if self.placement != "bias_aware":
             return None
         return self.profile if self.profile is not None else self.reranker.profile_for(k)  # type: ignore[attr-defined]
+
+    def profiles_used(self) -> list[dict[str, Any]]:
+        """Where the position profiles used so far (placement's and the reranker's) came from.
+
+        One entry per distinct profile: ``source`` (file, cache, calibrated, embedded, flat, given),
+        the file's ``path`` and ``sha256`` when there is one, and its model, template and ``k``.
+        """
+        found: list[dict[str, Any]] = []
+        if self.placement == "bias_aware" and self.profile is not None and hasattr(self.profile, "provenance"):
+            found.append(self.profile.provenance)
+        if hasattr(self.reranker, "profiles_used"):
+            found.extend(self.reranker.profiles_used())
+        out: list[dict[str, Any]] = []
+        for p in found:
+            if p not in out:
+                out.append(p)
+        return out
 
     def run_many(
         self,

@@ -24,14 +24,14 @@ class MoIReranker(Reranker):
     scores), when given, are the prior of the permutation designs' ridge estimator, of the blend
     and of the fallback. By default each passage's utility is the drop in the question's
     likelihood when that passage is left out (``design="loo"``, ``outcome="question"``: ``k + 1``
-    sequences, no generation), the design chosen on HotpotQA train questions (MRR@10 0.914 vs
-    0.485 for the given order with Qwen2.5-Coder-0.5B, 0.842 with SmolLM2-135M;
-    ``benchmarks/results/moi_designs_train-qwen-cpu.json``, ``moi_designs_train-cpu.json``; see
-    :mod:`ragkit.debias.moi`). Each returned ranking's ``info`` (:class:`~ragkit.types.RankInfo`)
-    holds its generator cost (sequences, forward passes, tokens), whether MoI fell back to the
-    input order and why, and in ``details`` the rest of its :class:`MoIResult` (see
-    :func:`moi_details`). With the ``gold`` outcome (an oracle) the reference answers come from the
-    :class:`Query` objects (:attr:`needs_answers` is then ``True``).
+    sequences, no generation): of the designs tried on HotpotQA train questions (never on the
+    questions results are reported on) it ranked the gold passages best, with two generators, at
+    ``k + 1`` sequences a query; :mod:`ragkit.debias.moi` says how the default was chosen. Each
+    returned ranking's ``info`` (:class:`~ragkit.types.RankInfo`) holds its generator cost
+    (sequences, forward passes, tokens), whether MoI fell back to the input order and why, and in
+    ``details`` the rest of its :class:`MoIResult` (see :func:`moi_details`). With the ``gold``
+    outcome (an oracle) the reference answers come from the :class:`Query` objects
+    (:attr:`needs_answers` is then ``True``).
 
     Parameters
     ----------
@@ -84,6 +84,10 @@ class MoIReranker(Reranker):
     def profile_for(self, k: int) -> PositionProfile:
         """The position profile MoI uses for ``k`` passages (also the one bias-aware placement needs)."""
         return self.moi.profile_for(k)
+
+    def profiles_used(self) -> list[dict[str, Any]]:
+        """Where the profiles MoI has used came from (path and SHA-256 of a file or cached profile)."""
+        return self.moi.profiles_used()
 
     def _rank_many(
         self,

@@ -53,7 +53,6 @@ from typing import Any, TypeVar
 from pydantic import BaseModel
 
 from ragkit.debias.cross_encoder import CrossEncoderReranker
-from ragkit.debias.llm_reranker import LLMReranker
 from ragkit.serve.batcher import MicroBatcher, QueueFullError
 from ragkit.serve.cache import ScoreCache, cached_rank_many, model_key
 from ragkit.serve.schemas import (
@@ -128,8 +127,10 @@ class _Metrics:
 
 
 def is_pointwise(reranker: Any) -> bool:
-    """Whether ``reranker`` scores each (query, document) pair on its own (its scores can be cached)."""
-    return isinstance(reranker, (CrossEncoderReranker, LLMReranker))
+    """Whether ``reranker`` scores each (query, document) pair on its own (its scores can be cached):
+    its ``pointwise`` attribute (cross-encoders, the student and ``llm:`` say so; MoI and the residual
+    student, whose scores depend on the other passages or their places, do not)."""
+    return bool(getattr(reranker, "pointwise", False))
 
 
 def _rank_fn(reranker: Any, settings: ServeSettings,
@@ -142,7 +143,7 @@ def _rank_fn(reranker: Any, settings: ServeSettings,
     if isinstance(reranker, CrossEncoderReranker):
         reranker.max_batch_tokens = settings.max_batch_tokens
         reranker.forward_cost_tokens = settings.forward_cost_tokens
-    if is_pointwise(reranker) and settings.long_docs is not None:
+    if hasattr(reranker, "long_docs") and settings.long_docs is not None:
         reranker.long_docs = settings.long_docs
     key = model_key(reranker, settings.model_name) if cache is not None else ""
 
@@ -206,7 +207,10 @@ class RerankService:
         self.calibration = getattr(reranker, "calibration", None)
         self.batcher = MicroBatcher(_rank_fn(reranker, self.settings, self.cache), self.settings.max_batch_size,
                                     self.settings.max_wait_ms, self.settings.max_queue,
-                                    on_batch=self.metrics.on_batch)
+                                    on_batch=self.metrics.on_batch,
+                                    max_batch_weight=self.settings.max_batch_documents)
+        # a cross-encoder scores each pair on its own, so a large request can be ranked in slices
+        self.pointwise = isinstance(reranker, CrossEncoderReranker)
         self.body_bytes = _ByteBudget(self.settings.pending_bytes_limit)
 
     # ------------------------------------------------------------------ building blocks
@@ -274,7 +278,7 @@ class RerankService:
         """
         passages = [Passage(id=str(i), text=d) for i, d in enumerate(docs)]
         self.metrics.queue.set(self.batcher.depth)
-        job = asyncio.ensure_future(self.batcher.submit(query, passages, key=_request_key(query, docs)))
+        job = asyncio.ensure_future(self._submit(query, passages, _request_key(query, docs)))
         gone = asyncio.ensure_future(_disconnected(request))
         try:
             done, _ = await asyncio.wait({job, gone}, timeout=self.settings.request_timeout_s,
@@ -298,6 +302,16 @@ class RerankService:
         raise RequestError(504, "", f"the reranker did not answer within {self.settings.request_timeout_s:g} s "
                                     "(request_timeout_s); retry later, or send fewer or shorter documents",
                            kind="Timeout")
+
+    async def _submit(self, query: str, passages: list[Passage], key: str) -> RankedList:
+        size = self.settings.slice_documents
+        if not self.pointwise or size == 0 or len(passages) <= size:
+            return await self.batcher.submit(query, passages, key=key)
+        parts = await self.batcher.submit_slices(
+            query, [passages[i:i + size] for i in range(0, len(passages), size)], key=key)
+        # the slices' hits back in request order, then sorted as the reranker sorts (ties: request order)
+        hits = sorted((h for part in parts for h in part), key=lambda h: int(h.passage.id))
+        return RankedList.from_scores([h.passage for h in hits], [h.score for h in hits], parts[0].query)
 
     async def handle(self, request: Any, endpoint: str, model: type[R],
                      run: Callable[[Any, R], Awaitable[Any]]) -> Any:

@@ -173,14 +173,15 @@ class _Request(BaseModel):
 
     @model_validator(mode="after")
     def _work_budget(self, info: ValidationInfo) -> _Request:
-        limit = _settings(info).max_request_chars
-        docs = self.texts()
-        work = len(self.query) * len(docs) + sum(len(d) for d in docs)
-        if work > limit:
+        settings = _settings(info)
+        cap, q = settings.max_pair_chars, len(self.query)
+        work = sum(min(q + len(d), cap) for d in self.texts())
+        if work > settings.max_request_chars:
             raise PydanticCustomError(
-                "too_much_work", "holds {work} characters of (query, document) pairs (the query counted once per "
-                "document), more than the server's per-request work budget of {limit} (max_request_chars); send "
-                "fewer or shorter documents per request", {"work": work, "limit": limit})
+                "too_much_work", "holds {work} characters of (query, document) pairs (each pair counted up to "
+                "{cap}, max_pair_chars), more than the server's per-request work budget of {limit} "
+                "(max_request_chars); send fewer or shorter documents per request",
+                {"work": work, "cap": cap, "limit": settings.max_request_chars})
         return self
 
 

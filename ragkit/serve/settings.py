@@ -34,9 +34,22 @@ class ServeSettings:
         chunked.
     max_request_chars
         The per-request work budget: most characters of (query, document) pairs in one request,
-        the query counted once per document (``len(query) * n_docs + sum(len(doc))``; more: 413).
-        A reranker's time and memory grow with the pairs it reads, so ``max_documents`` documents
-        of ``max_chars`` characters each are refused rather than run for minutes.
+        each pair counted as ``min(len(query) + len(doc), max_pair_chars)`` (more: 413). A
+        reranker's time grows with the pairs it reads, so a request that would hold the model for
+        minutes is refused at once rather than run while every other request waits.
+    max_pair_chars
+        The most characters of one pair the work budget counts: rerankers read a bounded window
+        of each pair (a cross-encoder cuts query and document to its token budget before
+        tokenising), so text past it adds no work. The default covers a 512-token window.
+    max_batch_documents
+        Most documents merged into one reranker call (a request with more runs alone or, for a
+        cross-encoder, in slices).
+    slice_documents
+        A cross-encoder (pointwise: each pair scored on its own) ranks a request of more documents
+        than this in slices of this many, one slice per reranker call, taken round-robin with the
+        other requests, so a small request sent meanwhile waits for one slice, not for the whole
+        large request; the merged ranking equals the unsliced one. ``0``: never slice. (32 pairs
+        fill two encoder forwards at the default ``max_batch_tokens`` for 256-token pairs.)
     request_timeout_s
         The deadline of a request, queueing included: one not answered by then gets 504 (its work
         is dropped when it has not started), and ``/health`` reports a backend call running longer
@@ -81,6 +94,9 @@ class ServeSettings:
     max_documents: int = 1000
     max_chars: int = 20_000
     max_request_chars: int = 1_000_000
+    max_pair_chars: int = 2048
+    max_batch_documents: int = 256
+    slice_documents: int = 32
     request_timeout_s: float = 60.0
     max_pending_bytes: int | None = None
     shutdown_grace_s: float = 5.0
@@ -95,10 +111,13 @@ class ServeSettings:
 
     def __post_init__(self) -> None:
         for name in ("max_batch_size", "max_queue", "max_documents", "max_chars", "retry_after_s",
-                     "max_batch_tokens", "max_request_chars"):
+                     "max_batch_tokens", "max_request_chars", "max_pair_chars", "max_batch_documents"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise ValueError(f"ServeSettings.{name} must be an integer >= 1, got {v!r}")
+        if not isinstance(self.slice_documents, int) or isinstance(self.slice_documents, bool) \
+                or self.slice_documents < 0:
+            raise ValueError(f"ServeSettings.slice_documents must be an integer >= 0, got {self.slice_documents!r}")
         if not isinstance(self.forward_cost_tokens, int) or isinstance(self.forward_cost_tokens, bool) \
                 or self.forward_cost_tokens < 0:
             raise ValueError(f"ServeSettings.forward_cost_tokens must be an integer >= 0, got "

@@ -15,7 +15,7 @@ prompt and the ``k`` prompts that each leave one passage out; ``u_p = o(full) âˆ
 which ranked the gold paragraphs of 10 HotpotQA train questions at MRR@10 0.765 against 0.420
 for the ``cyclic`` design (the ``k`` rotations, the former default, still available), 0.421 for
 ``prior`` and 0.485 for the given order (SmolLM2-135M, k = 10;
-``benchmarks/results/moi_designs_train-cpu.json``, ``moi_budget_train-cpu.json``).
+``experiments/moi_lab/results/moi_designs_train-cpu.json``, ``moi_budget_train-cpu.json``).
 :func:`generate_labels` stores them, one JSON object a line, so that a cheap one-pass reranker
 can be trained on them (:mod:`ragkit.training.distill`).
 
@@ -62,6 +62,7 @@ __all__ = [
     "read_labels",
     "write_labels",
     "labels_from_results",
+    "label_references",
 ]
 
 LABEL_FORMAT = "ragkit-distill-labels/1"
@@ -496,3 +497,25 @@ def generate_labels(
         seconds=seconds,
         generator_calls=calls,
     )
+
+
+def label_references(labs: Sequence[Any], seed: int = 0, n_perm: int = 200) -> dict[str, dict[str, list[float]]]:
+    """Per-question (MRR@10, recall@2) of the label rankings and of a random order, against gold.
+
+    ``labs``: label records (``ranking``, ``passage_ids``, ``gold_ids``), each with gold passages.
+    ``"teacher"`` scores each label's own ranking; ``"random"`` is the mean over ``n_perm`` random
+    permutations of its passages (a Monte Carlo expectation, seeded): what the labels carry, and what
+    a student that learned nothing scores.
+    """
+    from ragkit.eval.metrics import rank_metrics
+
+    rng = np.random.default_rng(seed)
+    out: dict[str, dict[str, list[float]]] = {n: {"mrr@10": [], "recall@2": []} for n in ("teacher", "random")}
+    for lab in labs:
+        rows = {"teacher": np.array([rank_metrics(list(lab.ranking), lab.gold_ids)]),
+                "random": np.array([rank_metrics(list(rng.permutation(list(lab.passage_ids))), lab.gold_ids)
+                                    for _ in range(n_perm)])}
+        for name, r in rows.items():
+            out[name]["mrr@10"].append(float(r[:, 0].mean()))
+            out[name]["recall@2"].append(float(r[:, 1].mean()))
+    return out

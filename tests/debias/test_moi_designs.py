@@ -38,6 +38,7 @@ from ragkit.debias.estimators import (
 from ragkit.debias.moi import MoI
 from ragkit.debias.outcomes import OutcomeResult
 from ragkit.debias.profile import PositionProfile, profile_cache_path
+from ragkit.debias.reranker import MoIReranker
 from ragkit.types import Passage, QARecord
 
 
@@ -379,6 +380,34 @@ def test_moi_uses_the_models_profile(tmp_path, monkeypatch) -> None:
     path = tmp_path / "given.json"
     PositionProfile(np.array([0.5, 0.2, 0.1, 0.1, 0.1])).save(path)
     assert MoI(gen, outcome=subset_outcome(u, a), profile=str(path)).profile_for(5).weights[0] == 0.5
+
+
+def test_reports_can_name_the_profile_used(tmp_path, monkeypatch) -> None:
+    """A profile knows where it came from (file / cache / calibrated / embedded / flat, path, sha256)."""
+    import hashlib
+
+    from ragkit.debias.presets import Method
+
+    monkeypatch.setenv("RAGKIT_CACHE", str(tmp_path))
+    a = np.array([0.3, 0.1, 0.05, 0.15, 0.4])
+    gen = ProbeGenerator(a, name=f"org/prov-{tmp_path.name}")
+    moi = MoI(gen, design="cyclic", outcome=subset_outcome(np.zeros(5), a), lam=0.0)
+    moi.profile_for(5)
+    assert moi.profiles_used() == [{"source": "flat", "model": gen.name, "template": "chat", "k": 5}]
+    cached = PositionProfile.calibrate(gen, probe_records(), k=5).save_cached()
+    moi = MoI(gen, design="cyclic", outcome=subset_outcome(np.zeros(5), a), lam=0.0)
+    (prov,) = [moi.profile_for(5).provenance]
+    assert prov["source"] == "cache" and prov["path"] == str(cached.resolve())
+    assert prov["sha256"] == hashlib.sha256(cached.read_bytes()).hexdigest()
+    assert "provenance" not in json.loads(cached.read_text())["meta"]  # never saved into the file
+    given = tmp_path / "given.json"
+    PositionProfile.load(cached).save(given)  # a loaded profile saved again holds no stale provenance
+    assert "provenance" not in json.loads(given.read_text())["meta"]
+    method = Method(MoIReranker(gen, design="cyclic", outcome="question"), "bias_aware", "single",
+                    profile=PositionProfile.load(given))
+    assert method.profiles_used()[0]["source"] == "file" and method.profiles_used()[0]["path"] == str(given)
+    emb = PositionProfile.for_generator(ProbeGenerator(a, name="SmolLM2-135M-Instruct"), 10)
+    assert emb.provenance["source"] == "embedded"
 
 
 # ------------------------------------------------------------------ tiny real model end to end

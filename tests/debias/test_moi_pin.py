@@ -48,8 +48,6 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "cyclic/consensus/blend": {"design": "cyclic", "outcome": "consensus", "blend": 0.3, "max_tied": 1},
     "cyclic/question/no-fallback": {"design": "cyclic", "outcome": "question", "fallback": False},
     "loo/question/ranked": {"design": "loo", "outcome": "question", "placement": "ranked", "fallback": True},
-    "cyclic/consensus/uncached": {"design": "cyclic", "outcome": "consensus", "reuse_cache": False},
-    "ablate/full_answer/uncached": {"design": "ablate", "outcome": "full_answer", "reuse_cache": False},
 }
 
 
