@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["BACKENDS", "OnnxCrossEncoder", "export_onnx", "to_backend"]
+__all__ = ["BACKENDS", "OnnxCrossEncoder", "check_backend", "export_onnx", "to_backend", "weights_hash"]
 
 logger = logging.getLogger(__name__)
 
@@ -68,7 +68,7 @@ def _cache_root() -> Path:
     return Path(os.environ.get("RAGKIT_CACHE", Path.home() / ".cache" / "ragkit")) / "onnx"
 
 
-def _weights_hash(model: Any) -> str:
+def weights_hash(model: Any) -> str:
     """A hash of the model's weights, names and config (what the exported graph depends on)."""
     h = hashlib.sha256()
     h.update(model.config.to_json_string().encode())
@@ -120,7 +120,7 @@ def export_onnx(cross_encoder: Any, folder: str | os.PathLike[str] | None = None
     from ragkit.io import atomic_dir
 
     hf = getattr(cross_encoder, "transformers_model", None) or cross_encoder.model
-    out = Path(folder) if folder is not None else _cache_root() / _weights_hash(hf)
+    out = Path(folder) if folder is not None else _cache_root() / weights_hash(hf)
     fp32 = out / "onnx" / _FILES["onnx"]
     q8 = out / "onnx" / _FILES["onnx-int8"]
     if fp32.exists() and (q8.exists() or not int8):
@@ -236,11 +236,9 @@ def to_backend(cross_encoder: Any, backend: str, source: str | os.PathLike[str] 
     check_backend(backend)
     if backend == "torch":
         return cross_encoder
-    from ragkit.debias.cross_encoder import _max_pair_length
-
     name = _FILES[backend]
     own = Path(source) / "onnx" / name if source is not None else None
     # both graphs at once: quantising costs seconds, and a cache folder is then written once
     path = own if own is not None and own.is_file() else export_onnx(cross_encoder, int8=True) / "onnx" / name
-    return OnnxCrossEncoder(path, cross_encoder.tokenizer, _max_pair_length(cross_encoder) or 512, threads=threads,
-                            backend=backend)
+    max_length = getattr(cross_encoder, "max_seq_length", None) or getattr(cross_encoder, "max_length", None) or 512
+    return OnnxCrossEncoder(path, cross_encoder.tokenizer, int(max_length), threads=threads, backend=backend)

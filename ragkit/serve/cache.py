@@ -81,9 +81,9 @@ def model_key(reranker: Any, name: str) -> str:
     hf = getattr(model, "transformers_model", None) or model
     rev = getattr(getattr(hf, "config", None), "_commit_hash", None)
     if rev is None and hasattr(hf, "state_dict"):
-        from ragkit.debias.onnx_encoder import _weights_hash
+        from ragkit.debias.onnx_encoder import weights_hash
 
-        rev = _weights_hash(hf)
+        rev = weights_hash(hf)
     if rev is None and getattr(model, "path", None) is not None:
         st = model.path.stat()
         rev = f"{model.path}:{st.st_size}:{st.st_mtime_ns}"
