@@ -694,6 +694,11 @@ def exclusive_lock(target: str | os.PathLike[str], what: str = "output") -> Iter
     once with :class:`LockedError` naming the PID that holds it. A lock left by a killed process is
     stale by construction (the kernel drops ``flock`` locks of dead processes), so it never blocks
     a later run. On platforms without ``fcntl`` the block runs unlocked.
+
+    Written here rather than with ``filelock`` (installed with transformers), which takes the same
+    kernel lock but cannot say who holds it: the refusal names the PID of the other run, which is
+    what the user needs to decide whether to wait or stop it; and the lock file is removed on
+    release (with the inode re-check above), so no ``.lock`` files are left beside outputs.
     """
     try:
         import fcntl

@@ -142,6 +142,33 @@ def utility_fidelity(outputs: list[dict[str, Any]], exact: str = "moi", approx: 
             else None, f"top{k}_agreement": float(np.mean(agree)), "questions": len(qids)}
 
 
+STUDY_CONTRASTS = (("moi@prune", "moi"), ("moi", "upr"), ("moi_masked", "moi"), ("icr", "upr"))
+"""Pairs the page reports beside the headline: prune against plain top K, MoI against UPR (what the
+interventions add), the masked estimator against exact leave-one-out, ICR against UPR."""
+
+
+def study_contrasts(outputs: list[dict[str, Any]], metrics: list[str], seed: int = 0, n_boot: int = 2000
+                    ) -> dict[str, dict[str, list[float]]]:
+    """``{"a - b": {metric: [mean, lo, hi]}}`` (paired bootstrap, :func:`ragkit.eval.stats.paired_ci`) for the
+    :data:`STUDY_CONTRASTS` whose two methods the run holds, over the questions both answered."""
+    from ragkit.eval.stats import paired_ci
+
+    by = {(r["method"], r["qid"]): r for r in outputs}
+    out: dict[str, dict[str, list[float]]] = {}
+    for a, b in STUDY_CONTRASTS:
+        qids = [q for (m, q) in by if m == a and (b, q) in by]
+        if not qids:
+            continue
+        res = {}
+        for name in metrics:
+            pairs = [(by[(a, q)]["metrics"][name], by[(b, q)]["metrics"][name]) for q in qids
+                     if name in by[(a, q)]["metrics"] and name in by[(b, q)]["metrics"]]
+            if pairs:
+                res[name] = paired_ci([x for x, _ in pairs], [y for _, y in pairs], seed=seed, n_boot=n_boot)
+        out[f"{a} - {b}"] = res
+    return out
+
+
 def run(config: Mapping[str, Any]) -> int:
     """Run one stage from its settings (see :func:`build_parser`); writes the JSON and prints the table."""
     args = study_config(build_parser(), config)
@@ -184,6 +211,8 @@ def run(config: Mapping[str, Any]) -> int:
         "paired": report["paired"],
         "headline": report.get("headline"),
         "fidelity": utility_fidelity(report["outputs"], k=args.k),
+        "contrasts": study_contrasts(report["outputs"], [*report["metrics"], *report["ranking_metrics"]],
+                                     seed=args.seed, n_boot=args.bootstrap),
         "eval_report": rel(out.with_suffix(".eval.json")),
         "wall_seconds": round(time.perf_counter() - t0, 1),
     }

@@ -14,6 +14,10 @@ One contract (:class:`ragkit.reranking.Reranker`) and three steps, composed by
 Named evaluation methods are presets of the three (``presets.py``: :func:`get_method`,
 :func:`available_methods`).
 
+MoI's building blocks stay in their modules: design objects in :mod:`ragkit.debias.interventions`
+(orderings in :mod:`ragkit.debias.designs`), outcome objects in :mod:`ragkit.debias.outcomes`,
+estimators in :mod:`ragkit.debias.estimators`.
+
 MoI: Lee et al., "Inference Scaling for Bridging Retrieval and Augmented Generation" (NAACL
 Findings 2025, arXiv 2412.10684).
 
@@ -26,10 +30,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ragkit.debias.designs import cyclic, is_latin_square, make_design, prior, random_design
-from ragkit.debias.estimators import design_matrix, ridge_utilities
 from ragkit.debias.moi import MoI, MoIResult
-from ragkit.debias.outcomes import OutcomeResult
 from ragkit.debias.profile import PositionProfile
 
 __all__ = [
@@ -43,7 +44,6 @@ __all__ = [
     "IdentityReranker",
     "RandomReranker",
     "PositionProfile",
-    "OutcomeResult",
     "place",
     "PLACEMENTS",
     "Answerer",
@@ -59,13 +59,6 @@ __all__ = [
     "get_method",
     "get_reranker",
     "resolve_method",
-    "cyclic",
-    "prior",
-    "random_design",
-    "make_design",
-    "is_latin_square",
-    "design_matrix",
-    "ridge_utilities",
 ]
 
 _LAZY = {  # these import sentence-transformers / the generator stack only when used

@@ -18,22 +18,20 @@ spec                      reranker
                           chosen on HotpotQA train (:mod:`ragkit.debias.moi`)
 ``moi_cyclic``            MoI, cyclic design (M = k), ``consensus`` (the former default)
 ``moi_prior``             MoI, prior design (M = 3), ``consensus``
-``moi_random``            MoI, random design (M = k), ``consensus``
 ``moi_confidence``        MoI, cyclic design, ``confidence`` outcome
 ``moi_gold``              MoI, cyclic design, ``gold`` outcome (reads reference answers: an oracle)
-``moi_auto``              MoI, cyclic orderings added in rounds until the top is stable (``budget="auto"``)
 ``moi_loo``               MoI, leave-one-out presence design, ``full_answer`` outcome (k + 1 sequences)
-``moi_ablate``            MoI, 2k random keep-masks + Lasso surrogate (ContextCite), ``full_answer``
-``moi_mixed``             MoI, random keep-masks in random orders (presence and slot), ``full_answer``
 ``moi_loo_gold``          MoI, leave-one-out, ``gold`` outcome (labels; an oracle)
-``moi_loo_q``             MoI, leave-one-out, ``question`` outcome (the same as ``moi``)
-``moi_ablate_q``          MoI, 2k random keep-masks, ``question`` outcome
+``moi_loo_q``             the same as ``moi``, under the name its published results carry
 ``moi_masked``            MoI, leave-one-out estimated from one prefill with each passage masked out
                           (:mod:`ragkit.debias.masked_loo`; about UPR's tokens, an approximation)
 ``upr``                   :class:`~ragkit.debias.upr.UPRReranker`: mean log p(question | one passage),
                           one sequence per passage (Sachan et al., EMNLP 2022)
 ``icr``                   :class:`~ragkit.debias.icr.ICRReranker`: calibrated query-to-passage attention,
                           two passes for all passages (Chen et al., ICLR 2025)
+``moi_attn``              :class:`~ragkit.debias.attention_probe.AttentionProbeReranker`: a ridge probe over
+                          per-head question-to-passage attention fitted to leave-one-out, one generator pass
+                          (AT2, arXiv 2504.13752; ICR); option ``probe`` (default: the committed probe)
 ``student:PATH``          :class:`~ragkit.debias.student.DistilledReranker` saved by ``ragkit distill``
 ``cross-encoder:NAME``    :class:`~ragkit.debias.cross_encoder.CrossEncoderReranker` (folder or hub id)
 ``llm:MODEL``             :class:`~ragkit.debias.llm_reranker.LLMReranker`: a causal LM's yes/no
@@ -51,8 +49,9 @@ name                      what it does
 ``random``                a random permutation (seeded) as ranking and prompt order (chance level)
 ``voting``                greedy answer per cyclic rotation, majority answer; ranking = retriever's
 ``psc_borda``/``psc_rrf`` permutation self-consistency over the cyclic rotations; ranking = PSC's
-``moi``...``moi_ablate_q`` the MoI reranker of the same name, bias-aware placement, one answer
+``moi``...``moi_masked``  the MoI reranker of the same name, bias-aware placement, one answer
 ``upr`` / ``icr``         the reranker's ranking, ranking order, one answer
+``moi_attn``              the attention probe's ranking, ranking order, one answer
 ``student:PATH``          the distilled student's ranking, ranking order, one answer
 ``cross-encoder:NAME``    a cross-encoder's ranking, ranking order, one answer
 ``llm:MODEL``             an LLM's yes/no relevance ranking, ranking order, one answer
@@ -98,26 +97,24 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
+#: MoI presets: the default and the settings behind a documented result (other designs and budgets
+#: are MoI settings: ``get_reranker("moi", gen, design="ablate", budget="auto")``).
 _MOI_RERANKERS: dict[str, dict[str, Any]] = {
     "moi": {"design": "loo", "outcome": "question"},
     "moi_cyclic": {"design": "cyclic", "outcome": "consensus"},
     "moi_prior": {"design": "prior", "budget": 3, "outcome": "consensus"},
-    "moi_random": {"design": "random", "outcome": "consensus"},
     "moi_confidence": {"design": "cyclic", "outcome": "confidence"},
     "moi_gold": {"design": "cyclic", "outcome": "gold"},
-    "moi_auto": {"design": "cyclic", "budget": "auto", "outcome": "consensus"},
     "moi_loo": {"design": "loo", "outcome": "full_answer"},
-    "moi_ablate": {"design": "ablate", "outcome": "full_answer"},
-    "moi_mixed": {"design": "mixed", "outcome": "full_answer"},
     "moi_loo_gold": {"design": "loo", "outcome": "gold"},
     "moi_loo_q": {"design": "loo", "outcome": "question"},
-    "moi_ablate_q": {"design": "ablate", "outcome": "question"},
     "moi_masked": {"design": "loo", "outcome": masked_question_outcomes},
 }
 _LM_RERANKERS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     # name: (module, class, settings it takes)
     "upr": ("ragkit.debias.upr", "UPRReranker", ()),
     "icr": ("ragkit.debias.icr", "ICRReranker", ("calibration_query", "n_std")),
+    "moi_attn": ("ragkit.debias.attention_probe", "AttentionProbeReranker", ("probe",)),
 }
 RERANKER_NAMES: tuple[str, ...] = ("none", "random", *_MOI_RERANKERS, *_LM_RERANKERS)
 """Fixed reranker specs; ``student:PATH`` and ``cross-encoder:NAME`` take an argument."""
@@ -152,6 +149,8 @@ PRESETS: dict[str, Preset] = {p.name: p for p in (
     Preset("psc_rrf", "none", "none", "psc_rrf", "permutation self-consistency, RRF"),
     Preset("upr", "upr", "none", "single", "UPR: question likelihood given each passage alone; answer once"),
     Preset("icr", "icr", "none", "single", "ICR: calibrated query-to-passage attention; answer once"),
+    Preset("moi_attn", "moi_attn", "none", "single",
+           "attention probe fitted to MoI leave-one-out, one generator pass; answer once"),
     *(Preset(n, n, "bias_aware", "single", f"MoI ({kw['design']} design, "
                                            f"{getattr(kw['outcome'], '__name__', kw['outcome'])} outcome)")
       for n, kw in _MOI_RERANKERS.items()),
@@ -367,7 +366,7 @@ class Method:
         if top_k is not None and top_k < 1:
             raise ValueError(f"top_k must be >= 1 (or None for all passages), got {top_k}")
         self.prune = placement == "prune"
-        if self.prune and getattr(getattr(reranker, "moi", None), "design", None) != "loo":
+        if self.prune and getattr(getattr(getattr(reranker, "moi", None), "design", None), "name", None) != "loo":
             raise ValueError("the prune placement keeps passages by their leave-one-out utility; use it after an "
                              "MoI reranker with the loo design (e.g. get_method('moi', gen, placement='prune'))")
         placement = "none" if self.prune else check_placement(placement)

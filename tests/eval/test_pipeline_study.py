@@ -51,3 +51,13 @@ def test_utility_fidelity_by_hand(study) -> None:
     assert f["spearman"] == pytest.approx((0.8 - 1.0) / 2)
     assert f["top2_agreement"] == pytest.approx(0.75) and f["questions"] == 2
     assert study.utility_fidelity(rows[:1]) is None
+
+
+def test_study_contrasts_pair_prune_with_plain_top_k(study) -> None:
+    rows = []
+    for i in range(10):
+        rows.append({"method": "moi", "qid": f"q{i}", "metrics": {"f1": 0.2}})
+        rows.append({"method": "moi@prune", "qid": f"q{i}", "metrics": {"f1": 0.5}})
+    c = study.study_contrasts(rows, ["f1", "em"], n_boot=200)
+    assert list(c) == ["moi@prune - moi"]
+    assert c["moi@prune - moi"]["f1"] == pytest.approx([0.3, 0.3, 0.3]) and "em" not in c["moi@prune - moi"]

@@ -51,7 +51,8 @@ def test_plan_carried_out_on_a_tiny_model(study: ModuleType, tiny_lm_dir: Path, 
     assert "evaluation-k20" in arms["base"]["per_seed"]["0"]["sweeps"]
     assert "evaluation-k20" not in arms[other]["per_seed"]["0"]["sweeps"]
     c = r["contrasts"]["spread"]
-    assert set(c) == {"shuffle - base", "cord - base", "cord:alpha=1 - base", "cord - shuffle", "cord:alpha=1 - shuffle"}
+    assert set(c) == {"shuffle - base", "cord - base", "cord:alpha=1 - base", "cord - shuffle",
+                      "cord:alpha=1 - shuffle"}
     for v in c.values():
         assert v["lo_bonferroni"] <= v["lo"] <= v["mean"] <= v["hi"] <= v["hi_bonferroni"] and v["p_holm"] >= v["p"]
     assert r["decision"]["verdict"] in ("adopt BEST_CORD's settings as CORDConfig defaults",
