@@ -325,7 +325,7 @@ def check_moi(gen: Any) -> dict[str, Any]:
     }
     ok = True
     for name, kw in setups.items():
-        moi = MoI(gen, max_new_tokens=4, seed=0, **kw)
+        moi = MoI.from_settings(gen, max_new_tokens=4, seed=0, **kw)
         res = moi.run_batch(qs, pss, answers_list=golds if kw["outcome"] == "gold" else None, generate_answer=True)
         fin = all(_finite(r.utilities) and _finite(r.outcomes) and sorted(r.order) == [0, 1, 2]
                   and (r.raw_utilities is None or _finite(r.raw_utilities)) for r in res)

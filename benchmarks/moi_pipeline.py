@@ -112,8 +112,8 @@ def main(argv: list[str] | None = None) -> int:
     designs = {d: all_designs[d] for d in args.designs.split(",") if d}
 
     def run(path: str, kw: dict[str, Any], rec: Any) -> tuple[Any, float, dict[str, int]]:
-        moi = MoI(gen if path == "after" else _ByParts(gen), profile=profile, max_new_tokens=args.max_new_tokens,
-                  **kw)
+        moi = MoI.from_settings(gen if path == "after" else _ByParts(gen), profile=profile,
+                                max_new_tokens=args.max_new_tokens, **kw)
         gen.reset_counters()
         if gen.device.startswith("cuda"):
             torch.cuda.synchronize()

@@ -28,6 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests" / "serve"))
 
+from ragkit.eval.harness import gpu_epilog  # noqa: E402
 from ragkit.reranking import Reranker  # noqa: E402
 from ragkit.serve import ServeSettings, create_app  # noqa: E402
 from ragkit.types import RankedList  # noqa: E402
@@ -78,7 +79,11 @@ async def _phase(url: str, clients: int, bad_every: int, seconds: float, docs: i
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=gpu_epilog("benchmarks/serve_bad_requests.py", None,
+                          note="GPU: not applicable (the reranker is a sleeping stand-in; what is measured is the "
+                               "server's isolation of failing requests, the same on any device)."))
     ap.add_argument("--clients", type=int, default=8)
     ap.add_argument("--docs", type=int, default=10)
     ap.add_argument("--seconds", type=float, default=10.0)

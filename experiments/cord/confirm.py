@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from ragkit.datasets import data_path
-from ragkit.eval.harness import rel, study_config, study_main, write_result
+from ragkit.eval.harness import gpu_epilog, rel, study_config, study_main, write_result
 from ragkit.eval.stats import holm, seed_question_bootstrap
 
 HERE = Path(__file__).resolve().parent
@@ -133,7 +133,12 @@ def decide(plan: Mapping[str, Any], result: Mapping[str, Any]) -> dict[str, Any]
 
 def build_parser() -> argparse.ArgumentParser:
     """The study's options; the plan fixes everything else."""
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    epilog = gpu_epilog("experiments/cord/confirm.py",
+                        "--model Qwen/Qwen2.5-7B-Instruct --device cuda --workdir /tmp/cord-confirm",
+                        note="The plan names the reference generator; another --model is another study: "
+                             "pass another --out.")
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0], epilog=epilog,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=str(HERE / "results" / "confirm-qwen-cpu.json"))
     ap.add_argument("--plan", default=str(HERE / "plan.json"))
     ap.add_argument("--model", default=None, help="base generator: the plan's reference generator GGUF path")

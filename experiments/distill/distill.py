@@ -109,7 +109,7 @@ def run_method(
             calls = [0] * len(part)
             enc = [0] * len(part)
         elif method in ("moi", "moi_cyclic", "moi_prior"):
-            moi = MoI(generator, profile=profile, **moi_settings(method))  # the library's presets
+            moi = MoI.from_settings(generator, profile=profile, **moi_settings(method))  # the library's presets
             res = moi.run_batch([r.question for r in part], ps, sc, None, generate_answer=False)
             rankings = [x.ranking for x in res]
             orders = [[p[j] for j in x.order] for p, x in zip(ps, res)]

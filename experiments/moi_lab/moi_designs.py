@@ -144,7 +144,7 @@ def run(config: Mapping[str, Any]) -> int:
             oc = label_free if outcome == "label_free" else outcome
             if (spec, oc) in done:
                 continue
-            moi = MoI(gen, design=design, budget=budget, outcome=oc, max_new_tokens=args.max_new_tokens,
+            moi = MoI.from_settings(gen, design=design, budget=budget, outcome=oc, max_new_tokens=args.max_new_tokens,
                       **({"profile": profile} if profile is not None else {}))
             t0 = time.perf_counter()
             res = moi.run_batch(qs, ps, answers_list=answers if oc == "gold" else None, generate_answer=False)

@@ -42,8 +42,8 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, fields
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -53,6 +53,14 @@ from ragkit.types import Passage
 
 __all__ = [
     "OUTCOMES",
+    "Outcome",
+    "Question",
+    "Consensus",
+    "Confidence",
+    "FullAnswer",
+    "Gold",
+    "OUTCOME_TYPES",
+    "outcome_from_name",
     "OutcomeResult",
     "generate_per_ordering",
     "majority_answer",
@@ -307,6 +315,117 @@ def question_outcomes(
                           generator_calls=len(o)) for r, o in zip(res, orderings)]
 
 
+@dataclass(frozen=True)
+class Outcome:
+    """One MoI outcome as an object: calling it runs the outcome on a batch of queries.
+
+    ``outcome(generator, questions, passages, orderings, answers) -> list[OutcomeResult]``, the
+    signature a plain function outcome has too. Class attributes: ``name``; ``needs_answers``
+    (reads the reference answers: an oracle); ``per_round`` (``False`` when its values depend on
+    every intervention run so far, so an adaptive budget recomputes them each round).
+    """
+
+    name: ClassVar[str] = ""
+    needs_answers: ClassVar[bool] = False
+    per_round: ClassVar[bool] = True
+
+    def __call__(self, generator: GeneratorLike, questions: Sequence[str], passages: Sequence[Sequence[Passage]],
+                 orderings: Sequence[Sequence[Sequence[int]]],
+                 answers: Sequence[Sequence[str]] | None = None) -> list[OutcomeResult]:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class Question(Outcome):
+    """``question``: the question's mean log-prob after each intervention's passages (:func:`question_outcomes`)."""
+
+    name: ClassVar[str] = "question"
+
+    def __call__(self, generator: GeneratorLike, questions: Sequence[str], passages: Sequence[Sequence[Passage]],
+                 orderings: Sequence[Sequence[Sequence[int]]],
+                 answers: Sequence[Sequence[str]] | None = None) -> list[OutcomeResult]:
+        return question_outcomes(generator, questions, passages, orderings)
+
+
+@dataclass(frozen=True)
+class Consensus(Outcome):
+    """``consensus``: the majority answer's mean log-prob under each ordering (:func:`consensus_outcomes`;
+    answers of ``max_new_tokens``, at most ``max_tied`` tied answers scored). Its target depends on
+    every intervention, so an adaptive budget recomputes it each round."""
+
+    name: ClassVar[str] = "consensus"
+    per_round: ClassVar[bool] = False
+    max_new_tokens: int = 16
+    max_tied: int = 3
+
+    def __call__(self, generator: GeneratorLike, questions: Sequence[str], passages: Sequence[Sequence[Passage]],
+                 orderings: Sequence[Sequence[Sequence[int]]],
+                 answers: Sequence[Sequence[str]] | None = None) -> list[OutcomeResult]:
+        return consensus_outcomes(generator, questions, passages, orderings, max_new_tokens=self.max_new_tokens,
+                                  max_tied=self.max_tied)
+
+
+@dataclass(frozen=True)
+class Confidence(Outcome):
+    """``confidence``: each ordering's own greedy answer's mean log-prob (:func:`confidence_outcomes`)."""
+
+    name: ClassVar[str] = "confidence"
+    max_new_tokens: int = 16
+
+    def __call__(self, generator: GeneratorLike, questions: Sequence[str], passages: Sequence[Sequence[Passage]],
+                 orderings: Sequence[Sequence[Sequence[int]]],
+                 answers: Sequence[Sequence[str]] | None = None) -> list[OutcomeResult]:
+        return confidence_outcomes(generator, questions, passages, orderings, max_new_tokens=self.max_new_tokens)
+
+
+@dataclass(frozen=True)
+class FullAnswer(Outcome):
+    """``full_answer``: the full prompt's greedy answer scored under each intervention
+    (:func:`full_answer_outcomes`)."""
+
+    name: ClassVar[str] = "full_answer"
+    max_new_tokens: int = 16
+
+    def __call__(self, generator: GeneratorLike, questions: Sequence[str], passages: Sequence[Sequence[Passage]],
+                 orderings: Sequence[Sequence[Sequence[int]]],
+                 answers: Sequence[Sequence[str]] | None = None) -> list[OutcomeResult]:
+        return full_answer_outcomes(generator, questions, passages, orderings, max_new_tokens=self.max_new_tokens)
+
+
+@dataclass(frozen=True)
+class Gold(Outcome):
+    """``gold``: the reference answer's best mean log-prob over its aliases (:func:`gold_outcomes`; an oracle)."""
+
+    name: ClassVar[str] = "gold"
+    needs_answers: ClassVar[bool] = True
+
+    def __call__(self, generator: GeneratorLike, questions: Sequence[str], passages: Sequence[Sequence[Passage]],
+                 orderings: Sequence[Sequence[Sequence[int]]],
+                 answers: Sequence[Sequence[str]] | None = None) -> list[OutcomeResult]:
+        if answers is None:
+            raise ValueError("the 'gold' outcome needs reference answers (answers_list); "
+                             "use outcome='question' (the default) for label-free reranking")
+        return gold_outcomes(generator, questions, passages, orderings, answers)
+
+
+OUTCOME_TYPES: dict[str, type[Outcome]] = {o.name: o for o in (Question, Consensus, Confidence, FullAnswer, Gold)}
+"""Outcome classes by name (the names of :data:`OUTCOMES`)."""
+
+
+def outcome_from_name(name: str | Outcome | OutcomeFn, **settings: Any) -> Outcome | OutcomeFn:
+    """The outcome object of a name with those of ``settings`` (``max_new_tokens``, ``max_tied``) it
+    takes; an :class:`Outcome` or a function is returned as is."""
+    if not isinstance(name, str):
+        if not callable(name):
+            raise ValueError(f"unknown outcome {name!r}; choose one of {OUTCOMES} or pass a callable")
+        return name
+    if name not in OUTCOME_TYPES:
+        raise ValueError(f"unknown outcome {name!r}; choose one of {OUTCOMES} or pass a callable")
+    cls = OUTCOME_TYPES[name]
+    own = {f.name for f in fields(cls)}
+    return cls(**{k: v for k, v in settings.items() if k in own and v is not None})
+
+
 def compute_outcomes(
     kind: str | OutcomeFn,
     generator: GeneratorLike,
@@ -314,27 +433,9 @@ def compute_outcomes(
     passages: Sequence[Sequence[Passage]],
     orderings: Sequence[Sequence[Sequence[int]]],
     answers: Sequence[Sequence[str]] | None = None,
-    **kwargs: Any,
+    **settings: Any,
 ) -> list[OutcomeResult]:
-    """Dispatch by outcome name, or call a user function with the same signature as the built-ins.
-
-    A callable ``kind(generator, questions, passages, orderings, answers) -> list[OutcomeResult]``
-    lets synthetic oracles (tests) or other outcome definitions plug in.
-    """
-    if callable(kind):
-        return kind(generator, questions, passages, orderings, answers)
-    if kind == "gold":
-        if answers is None:
-            raise ValueError("the 'gold' outcome needs reference answers (answers_list); "
-                             "use outcome='question' (the default) for label-free reranking")
-        return gold_outcomes(generator, questions, passages, orderings, answers)
-    if kind == "consensus":
-        return consensus_outcomes(generator, questions, passages, orderings, answers, **kwargs)
-    if kind == "confidence":
-        return confidence_outcomes(generator, questions, passages, orderings, answers, **kwargs)
-    if kind == "full_answer":
-        kwargs.pop("max_tied", None)
-        return full_answer_outcomes(generator, questions, passages, orderings, answers, **kwargs)
-    if kind == "question":
-        return question_outcomes(generator, questions, passages, orderings, answers, **kwargs)
-    raise ValueError(f"unknown outcome {kind!r}; choose one of {OUTCOMES} or pass a callable")
+    """Run an outcome given by name (with ``settings``: ``max_new_tokens``, ``max_tied``), as an
+    :class:`Outcome` object, or as a function with the same signature (synthetic oracles in tests,
+    other outcome definitions)."""
+    return outcome_from_name(kind, **settings)(generator, questions, passages, orderings, answers)

@@ -283,7 +283,20 @@ def read_labels(path: str | os.PathLike[str]) -> list[LabelRecord]:
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"no such label file: {path}; make one with `ragkit distill labels`")
-    out = _parse_rows(path, read_appended_jsonl(path, with_lines=True))
+    if path.suffix == ".gz":  # a committed, compressed label file (read-only: nothing appends to it)
+        import gzip
+
+        with gzip.open(path, "rt", encoding="utf-8") as f:
+            rows = []
+            for i, line in enumerate(f, 1):
+                if line.strip():
+                    try:
+                        rows.append((i, json.loads(line)))
+                    except json.JSONDecodeError as e:
+                        raise ValueError(f"{path}:{i}: not valid JSON ({e.msg})") from None
+        out = _parse_rows(path, rows)
+    else:
+        out = _parse_rows(path, read_appended_jsonl(path, with_lines=True))
     if not out:
         raise ValueError(f"{path} holds no labels; make some with `ragkit distill labels`")
     return out
@@ -403,6 +416,7 @@ def generate_labels(
     moi_kwargs: Mapping[str, Any] | None = None,
     source: str = "",
     show_progress: bool | None = None,
+    outcome: str = "gold",
 ) -> LabelStats:
     """Label training questions with MoI ``gold``-outcome utilities, appending to ``out_path``.
 
@@ -432,6 +446,10 @@ def generate_labels(
         Extra keyword arguments for :class:`ragkit.debias.MoI` (``profile``, ``lam``, ``seed``).
     source
         Dataset name stored in each label (defaults to the record's ``metadata["dataset"]``).
+    outcome
+        ``"gold"`` (mean log-prob of the reference answer: an oracle signal) or ``"question"``
+        (query likelihood, label-free: what ``moi`` runs at inference, so a student learns what a
+        user can compute).
     show_progress
         Progress bar over batches (``None``: on unless ``RAGKIT_NO_PROGRESS`` is set).
 
@@ -467,7 +485,9 @@ def generate_labels(
     logger.info("labelling %d questions (%d already in %s, %d unusable)",
                 len(todo), skipped_existing, path, skipped_unusable)
 
-    moi = MoI(generator, design=design, outcome="gold", **dict(moi_kwargs or {}))
+    if outcome not in ("gold", "question"):
+        raise ValueError(f"label outcome must be 'gold' (reference answer) or 'question' (label-free), got {outcome!r}")
+    moi = MoI.from_settings(generator, design=design, outcome=outcome, **dict(moi_kwargs or {}))
     gen_name = str(getattr(generator, "name", "") or "")
     written = calls = 0
     t0 = time.perf_counter()
@@ -481,7 +501,7 @@ def generate_labels(
             generate_answer=False,
         )
         labels = labels_from_results(batch, results, generator_name=gen_name, design=design,
-                                     outcome="gold", source=source)
+                                     outcome=outcome, source=source)
         append_jsonl(path, (lab.to_dict() for lab in labels))
         written += len(labels)
         calls += sum(lab.generator_calls for lab in labels)
@@ -518,4 +538,26 @@ def label_references(labs: Sequence[Any], seed: int = 0, n_perm: int = 200) -> d
         for name, r in rows.items():
             out[name]["mrr@10"].append(float(r[:, 0].mean()))
             out[name]["recall@2"].append(float(r[:, 1].mean()))
+    return out
+
+
+def passage_labels(records: Sequence[QARecord], source: str = "") -> list[LabelRecord]:
+    """Free labels from the data's gold passages: ``u_i = 1`` for a gold passage, else 0.
+
+    The second training signal beside MoI's utilities (NQ-open ``hasanswer``, HotpotQA supporting
+    titles: a record's ``gold_ids``); no generator runs. A record with no gold passage among its
+    candidates, or only gold ones, teaches no ranking and is skipped.
+    """
+    out = []
+    for rec in records:
+        gold = set(rec.gold_ids)
+        u = [1.0 if p.id in gold else 0.0 for p in rec.passages]
+        if len(rec.passages) < 2 or len({p.id for p in rec.passages}) != len(rec.passages) or len(set(u)) < 2:
+            continue
+        ps = rec.passages
+        out.append(LabelRecord(qid=rec.id, question=rec.question, passage_ids=tuple(p.id for p in ps),
+                               titles=tuple(p.title for p in ps), texts=tuple(p.text for p in ps), u=tuple(u),
+                               answers=tuple(rec.answers), gold_ids=tuple(rec.gold_ids),
+                               source=source or str(rec.metadata.get("dataset") or ""), design="gold_passages",
+                               outcome="gold_passages", generator_calls=0))
     return out

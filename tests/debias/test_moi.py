@@ -62,7 +62,7 @@ def test_moi_reranker_permutation(gen) -> None:
 
 @pytest.mark.parametrize("outcome", ["gold", "confidence"])
 def test_moi_outcomes(gen, outcome) -> None:
-    moi = MoI(gen, design="prior", budget=3, outcome=outcome, profile=PositionProfile.flat(4))
+    moi = MoI.from_settings(gen, design="prior", budget=3, outcome=outcome, profile=PositionProfile.flat(4))
     res = moi.run_batch(["Which word is number 1?"], [_passages(4)], answers_list=[["bravo"]],
                        generate_answer=False)
     assert len(res[0].outcomes) == 3 and np.all(np.isfinite(res[0].outcomes))
@@ -109,7 +109,7 @@ def test_consensus_tie_break_by_mean_logprob(gen) -> None:
 
 def test_gold_outcome_needs_answers(gen) -> None:
     with pytest.raises(ValueError, match="reference answer"):
-        MoI(gen, outcome="gold").run_batch(["q?"], [_passages(3)], generate_answer=False)
+        MoI.from_settings(gen, outcome="gold").run_batch(["q?"], [_passages(3)], generate_answer=False)
 
 
 FAST_METHODS = ("none", "both_ends", "psc_rrf", "moi_prior", "moi_gold")
@@ -119,6 +119,8 @@ FAST_METHODS = ("none", "both_ends", "psc_rrf", "moi_prior", "moi_gold")
 def test_methods_run(gen, names) -> None:
     ps = _passages(3)
     for name in names:
+        if name == "moi_attn":  # needs a fitted probe: tests/debias/test_rerank_contract.py runs it with one
+            continue
         m = get_method(name, gen, max_new_tokens=2)
         outs = m.run_many(["Which word is number 2?", "Name a word?"], [ps, ps[:2]],
                          answers=[["charlie"], ["alpha"]])
@@ -135,7 +137,7 @@ def test_passages_longer_than_context(gen) -> None:
 
     small = Generator.from_components(gen.model, gen.tokenizer, max_length=420, show_progress=False)
     ps = _passages(3) + [Passage("long", "word " * 2000)]
-    res = MoI(small, design="prior", budget=2, max_new_tokens=2).run_batch(["q?"], [ps])
+    res = MoI.from_settings(small, design="prior", budget=2, max_new_tokens=2).run_batch(["q?"], [ps])
     assert sorted(res[0].order) == [0, 1, 2, 3] and res[0].answer is not None
 
 
@@ -161,7 +163,7 @@ def test_calibrate_real_probe(gen) -> None:
 
 
 def test_cyclic_design_sizes(gen) -> None:
-    moi = MoI(gen, design="cyclic", outcome="confidence", max_new_tokens=2)
+    moi = MoI.from_settings(gen, design="cyclic", outcome="confidence", max_new_tokens=2)
     res = moi.run_batch(["q?"], [_passages(3)], generate_answer=False)
     assert res[0].orderings == cyclic(3)
 
@@ -174,7 +176,7 @@ def test_moi_on_embedded_smollm2() -> None:
 
     gen = Generator(passage_max_tokens=40, show_progress=False)
     recs = sample_records(2)
-    res = MoI(gen, design="prior", budget=3, outcome="consensus").run_batch([r.question for r in recs],
+    res = MoI.from_settings(gen, design="prior", budget=3, outcome="consensus").run_batch([r.question for r in recs],
                                                                            [list(r.passages) for r in recs])
     for r, rec in zip(res, recs):
         assert sorted(r.ranking.ids()) == sorted(p.id for p in rec.passages)

@@ -82,7 +82,8 @@ def gen(tiny_lm_dir: Path) -> Any:
 
 def run_config(gen: Any, kw: dict[str, Any]) -> list[dict[str, Any]]:
     """The pinned fields of one MoI setting on the three queries."""
-    moi = MoI(gen, profile=PositionProfile(np.array([0.3, 0.1, 0.15, 0.2, 0.25])), max_new_tokens=3, seed=7, **kw)
+    moi = MoI.from_settings(gen, profile=PositionProfile(np.array([0.3, 0.1, 0.15, 0.2, 0.25])), max_new_tokens=3,
+                            seed=7, **kw)
     res = moi.run_batch(QUESTIONS, PASSAGES, SCORES, ANSWERS if kw["outcome"] == "gold" else None,
                         generate_answer=True)
     return [{"ids": r.ranking.ids(), "scores": [float(s) for s in r.ranking.scores()], "order": list(r.order),

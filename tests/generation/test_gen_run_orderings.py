@@ -129,8 +129,8 @@ def test_moi_cached_and_generic_give_same_rankings_and_answers(gen: Generator, o
     for design, budget in (("cyclic", None), ("prior", 3)):
         kw = dict(design=design, budget=budget, outcome="consensus", max_new_tokens=5, profile=None,
                   placement="ranked")
-        new = MoI(gen, **kw).run_batch(qs, ps)
-        old = MoI(oracle, **kw).run_batch(qs, ps)
+        new = MoI.from_settings(gen, **kw).run_batch(qs, ps)
+        old = MoI.from_settings(oracle, **kw).run_batch(qs, ps)
         for a, b in zip(new, old):
             assert [h.passage.id for h in a.ranking] == [h.passage.id for h in b.ranking]
             np.testing.assert_allclose(a.utilities, b.utilities, atol=1e-4)

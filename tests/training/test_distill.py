@@ -302,5 +302,8 @@ def test_defaults_are_the_held_out_winner() -> None:
 
     params = inspect.signature(train_student).parameters
     assert (params["loss"].default, params["lr"].default, params["epochs"].default) == ("listnet", 1e-4, 3.0)
-    args = build_parser().parse_args(["distill", "--labels", "l.jsonl", "--out", "s"])
-    assert (args.loss, args.lr, args.epochs) == ("listnet", 1e-4, 3.0)
+    from ragkit.cli.distill import recipe_kwargs
+
+    args = build_parser().parse_args(["distill", "--labels", "l.jsonl", "--out", "s", "--student", "cross-encoder"])
+    kw = recipe_kwargs(args)
+    assert (kw["loss"], kw["lr"], kw["epochs"]) == ("listnet", 1e-4, 3.0)

@@ -71,7 +71,7 @@ def test_normalised_prior_is_a_z_score() -> None:
 
 @pytest.fixture(scope="module")
 def residual(tiny_encoder_dir: Path, tmp_path_factory: pytest.TempPathFactory):
-    from ragkit.training.distill import distill
+    from ragkit.training.students import distill
 
     out = tmp_path_factory.mktemp("residual") / "student"
     res = distill(_labels(60, 4, seed=0), out, "residual", holdout=0.2, base_model=str(tiny_encoder_dir),
@@ -135,7 +135,7 @@ def test_refused_below_first_stage_then_forced(tiny_encoder_dir: Path, tmp_path:
 
 def test_residual_beats_refusal_where_fresh_head_fails(tiny_encoder_dir: Path) -> None:
     """The same perfect first stage: the untrained-then-lightly-trained residual student stays at it."""
-    from ragkit.training.distill import distill
+    from ragkit.training.students import distill
 
     res = distill(_labels(20, 5, seed=4, gold_first=True, noise_u=True), None, "residual", holdout=0.3,
                   base_model=str(tiny_encoder_dir), epochs=1, lr=1e-5, max_length=32, device="cpu",
@@ -145,7 +145,7 @@ def test_residual_beats_refusal_where_fresh_head_fails(tiny_encoder_dir: Path) -
 
 
 def test_split_and_arguments() -> None:
-    from ragkit.training.distill import distill, split_labels
+    from ragkit.training.students import distill, split_labels
 
     labs = _labels(10, 3, seed=1)
     tr, ho = split_labels(labs, 0.2, seed=0)
