@@ -269,8 +269,12 @@ def get_reranker(spec: str | Reranker, generator: GeneratorLike | None = None, *
         return getattr(importlib.import_module(module), cls)(generator, **kw)
     assert arg is not None
     if kind == "student":
+        from ragkit.debias.bi_encoder import BiEncoderReranker, is_bi_encoder_folder
         from ragkit.debias.student import DistilledReranker
 
+        if is_bi_encoder_folder(arg):  # `ragkit distill --student bi-encoder`: cosine of the fine-tuned embedder
+            reject(("device", "batch_size"))
+            return BiEncoderReranker.load(arg, **kw)
         reject(("device", "batch_size", "long_docs", "backend"))  # max_length is the student's own, saved with it
         return DistilledReranker.load(arg, **kw)
     if kind == "llm":

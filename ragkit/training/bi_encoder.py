@@ -17,7 +17,8 @@ alternating between them):
 
 Questions whose utilities are all equal teach nothing and are skipped. The saved folder is a plain
 sentence-transformers model (``SentenceTransformer(path)`` loads it; ``ragkit index --embedder
-PATH`` indexes with it) plus ``ragkit_distill.json`` with the training metadata.
+PATH`` indexes with it) plus ``ragkit_distill.json`` with the training metadata; ``student:PATH``
+loads it as a reranker (:class:`ragkit.debias.bi_encoder.BiEncoderReranker`).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ragkit.debias.bi_encoder import BI_META_FORMAT
 from ragkit.debias.cross_encoder import pair_text
 from ragkit.io import atomic_dir, check_writable_dir, progress_enabled
 from ragkit.training.distill import _as_labels, label_targets
@@ -46,7 +48,6 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["BiEncoderStudent", "BiEncoderTrainResult", "train_bi_encoder"]
 
-BI_META_FORMAT = "ragkit-bi-encoder-student/1"
 
 
 @dataclass

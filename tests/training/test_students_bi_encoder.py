@@ -34,6 +34,15 @@ def test_bi_encoder_trains_and_saves_a_sentence_transformer(tiny_encoder_dir: Pa
     assert not np.allclose(a, before, atol=1e-4)  # training moved the embedder
     s = res.reranker.scores(["which river?"], [labels[0].passages()])
     assert len(s[0]) == 4 and all(-1.0 - 1e-5 <= x <= 1.0 + 1e-5 for x in s[0])
+    # student:PATH loads it as a reranker (eval, rerank, serve) that ranks by the same cosine
+    from ragkit.debias import get_reranker
+    from ragkit.debias.bi_encoder import BiEncoderReranker
+
+    rr = get_reranker(f"student:{out}", device="cpu")
+    assert isinstance(rr, BiEncoderReranker)
+    ranked = rr.rank("which river?", labels[0].passages())
+    assert ranked.ids() == [labels[0].passage_ids[i] for i in np.argsort(-np.asarray(s[0]), kind="stable")]
+    np.testing.assert_allclose(sorted(ranked.scores(), reverse=True), sorted(s[0], reverse=True), atol=1e-5)
 
 
 def test_bi_encoder_argument_errors() -> None:
