@@ -36,8 +36,8 @@ def build_reranker(spec: str, model: str | None = None, device: str = "auto",
 
         extra = {"deadline": backend_deadline} if backend_deadline is not None and is_server_url(model) else {}
         return get_reranker(spec, generator=load_generator(model, device=device, **extra))
-    if kind in ("student", "cross-encoder"):
-        return get_reranker(spec, device=device, backend=backend)
+    if kind in ("student", "cross-encoder"):  # a bi-encoder student takes no backend: pass it only when asked
+        return get_reranker(spec, device=device, **({"backend": backend} if backend != "torch" else {}))
     if backend != "torch":
         raise ValueError(f"--backend {backend} applies to student: and cross-encoder: rerankers, not {spec!r}")
     if kind == "llm":
