@@ -453,6 +453,9 @@ class RerankService:
         out: dict[str, Any] = {"model": self.settings.model_name, "batches": self.batcher.batches,
                                "requests": self.batcher.requests, "settings": self.settings.public(),
                                "pending_body_bytes": self.body_bytes.held}
+        if self.cache is not None:
+            out["cache"] = {"size": self.cache.size, "entries": len(self.cache), "hits": self.cache.hits,
+                            "misses": self.cache.misses}
         r = self.reranker
         if isinstance(r, CrossEncoderReranker):
             out["pairs"] = {"requested": r.pairs_requested, "scored": r.pairs_scored,

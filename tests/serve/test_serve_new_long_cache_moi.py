@@ -91,6 +91,8 @@ def test_repeated_request_is_a_cache_hit(keyword_student: Any, live_server: Any)
     assert (_metric(srv.url, "ragkit_cache_hits_total"), _metric(srv.url, "ragkit_cache_misses_total")) == (3, 3)
     assert [(r.index, r.relevance_score) for r in again.results] == [(r.index, r.relevance_score)
                                                                       for r in first.results]
+    assert httpx.get(f"{srv.url}/health?detail=1").json()["cache"] == {"size": 100, "entries": 3, "hits": 3,
+                                                                        "misses": 3}
     # one new document: two hits, one miss, the same scores for the old ones
     mixed = httpx.post(f"{srv.url}/v1/rerank", json={"query": QUERY, "documents": [*docs, "x"]}).json()
     assert mixed["meta"]["cache_hits"] == 3
