@@ -65,6 +65,8 @@ def test_cli_bi_encoder_student(tiny_encoder_dir: Path, tmp_path: Path, capsys) 
     assert rc == 0, capsys.readouterr().err
     report = json.loads(capsys.readouterr().out)
     assert report["metadata"]["student"] == "bi-encoder" and report["metadata"]["comparison"]["num_queries"] == 2
+    card = (out / "README.md").read_text(encoding="utf-8")
+    assert "Compared with the first stage" in card and "bi-encoder" in card
     assert main(["distill", "--labels", str(labels), "--out", str(tmp_path / "x"), "--student", "bi-encoder",
                  "--loss", "ranknet"]) == 1
     assert "does not train a bi-encoder student" in capsys.readouterr().err
