@@ -122,7 +122,10 @@ def _rerank(args: argparse.Namespace) -> int:
                 raise ValueError(f"{args.passages}: line {i}: \"score\" must be a number, got {v!r}")
             scores.append(float(v))
     result: dict[str, Any] = {"query": args.query, "reranker": args.reranker or "moi"}
-    if kind.startswith("moi"):
+    if kind in ("upr", "icr", "moi_attn"):  # one-pass readers of the generator: no MoI settings
+        ranked = get_reranker(spec, generator_from_args(args)).rank(args.query, passages, scores)
+        result["reranker"] = kind
+    elif kind.startswith("moi"):
         from ragkit.debias.presets import moi_settings
 
         moi_kw = moi_kwargs_from_args(args, moi_settings(kind))

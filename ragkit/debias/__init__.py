@@ -5,6 +5,7 @@ One contract (:class:`ragkit.reranking.Reranker`) and three steps, composed by
 
 - **reranker** (one backend per file): :class:`MoIReranker` (``reranker.py``),
   :class:`DistilledReranker` (``student.py``), :class:`CrossEncoderReranker` (``cross_encoder.py``),
+  :class:`LLMReranker` (``llm_reranker.py``),
   :class:`IdentityReranker` and :class:`RandomReranker` (``baselines.py``); built from a string
   by :func:`get_reranker`;
 - **placement** (``placement.py``): ``none``, ``reverse``, ``both_ends``, ``bias_aware``;
@@ -38,6 +39,8 @@ __all__ = [
     "MoIReranker",
     "DistilledReranker",
     "CrossEncoderReranker",
+    "LLMReranker",
+    "LongDocs",
     "IdentityReranker",
     "RandomReranker",
     "PositionProfile",
@@ -62,6 +65,8 @@ _LAZY = {  # these import sentence-transformers / the generator stack only when 
     "MoIReranker": "ragkit.debias.reranker",
     "DistilledReranker": "ragkit.debias.student",
     "CrossEncoderReranker": "ragkit.debias.cross_encoder",
+    "LLMReranker": "ragkit.debias.llm_reranker",
+    "LongDocs": "ragkit.debias.long_docs",
     "IdentityReranker": "ragkit.debias.baselines",
     "RandomReranker": "ragkit.debias.baselines",
     "place": "ragkit.debias.placement",

@@ -34,6 +34,8 @@ spec                      reranker
                           (AT2, arXiv 2504.13752; ICR); option ``probe`` (default: the committed probe)
 ``student:PATH``          :class:`~ragkit.debias.student.DistilledReranker` saved by ``ragkit distill``
 ``cross-encoder:NAME``    :class:`~ragkit.debias.cross_encoder.CrossEncoderReranker` (folder or hub id)
+``llm:MODEL``             :class:`~ragkit.debias.llm_reranker.LLMReranker`: a causal LM's yes/no
+                          relevance logit through its chat template (folder or hub id)
 ========================  ==========================================================================
 
 Methods (:func:`get_method`; reranker, placement, answerer):
@@ -52,6 +54,7 @@ name                      what it does
 ``moi_attn``              the attention probe's ranking, ranking order, one answer
 ``student:PATH``          the distilled student's ranking, ranking order, one answer
 ``cross-encoder:NAME``    a cross-encoder's ranking, ranking order, one answer
+``llm:MODEL``             an LLM's yes/no relevance ranking, ranking order, one answer
 ========================  ==========================================================================
 
 Placement baselines keep the retriever's ranking because they only move passages inside the
@@ -115,8 +118,9 @@ _LM_RERANKERS: dict[str, tuple[str, str, tuple[str, ...]]] = {
 }
 RERANKER_NAMES: tuple[str, ...] = ("none", "random", *_MOI_RERANKERS, *_LM_RERANKERS)
 """Fixed reranker specs; ``student:PATH`` and ``cross-encoder:NAME`` take an argument."""
-_PATTERNS = ("student:PATH", "cross-encoder:NAME")
-_ENCODER_KW = ("device", "batch_size", "max_length", "long_docs")
+_PATTERNS = ("student:PATH", "cross-encoder:NAME", "llm:MODEL")
+_ARG_KINDS = ("student", "cross-encoder", "llm")
+_ENCODER_KW = ("device", "batch_size", "max_length", "long_docs", "backend")
 
 
 @dataclass(frozen=True)
@@ -131,8 +135,8 @@ class Preset:
 
     @property
     def loads_encoder(self) -> bool:
-        """Whether the reranker is a cross-encoder (takes ``device`` / ``batch_size``)."""
-        return parse_reranker(self.reranker)[0] in ("student", "cross-encoder")
+        """Whether the reranker loads a model of its own (takes ``device`` / ``batch_size``)."""
+        return parse_reranker(self.reranker)[0] in _ARG_KINDS
 
 
 PRESETS: dict[str, Preset] = {p.name: p for p in (
@@ -186,11 +190,11 @@ def parse_reranker(spec: str) -> tuple[str, str | None]:
         if spec in RERANKER_NAMES:
             return spec, None
         raise ValueError(f"unknown reranker {spec!r}; choose one of {', '.join(available_rerankers())}")
-    if kind not in ("student", "cross-encoder"):
+    if kind not in _ARG_KINDS:
         raise ValueError(f"unknown reranker {spec!r}; choose one of {', '.join(available_rerankers())}")
     if not arg.strip():
         raise ValueError(f"{spec!r} names no model; write {kind}:PATH" if kind == "student"
-                         else f"{spec!r} names no model; write cross-encoder:NAME (folder or hub id)")
+                         else f"{spec!r} names no model; write {kind}:NAME (folder or hub id)")
     if kind == "student" and not Path(arg).is_dir():
         raise ValueError(f"{spec!r}: no such student folder {arg!r}; train one with `ragkit distill --out DIR`")
     return kind, arg
@@ -207,7 +211,7 @@ def resolve_method(name: str) -> Preset:
     """
     if name in PRESETS:
         return PRESETS[name]
-    if isinstance(name, str) and ":" in name and name.partition(":")[0] in ("student", "cross-encoder"):
+    if isinstance(name, str) and ":" in name and name.partition(":")[0] in _ARG_KINDS:
         parse_reranker(name)
         return Preset(name, name, "none", "single", f"{name.partition(':')[0]} ranking; answer once")
     raise ValueError(f"unknown method {name!r}; choose one of {', '.join(available_methods())}")
@@ -227,9 +231,10 @@ def get_reranker(spec: str | Reranker, generator: GeneratorLike | None = None, *
     **kwargs
         ``seed`` (random, MoI); any :class:`~ragkit.debias.MoIReranker` argument for MoI
         (``profile``, ``lam``, ``budget``, ``design``, ``max_new_tokens``, ...); ``device``,
-        ``batch_size`` and ``long_docs`` (:class:`~ragkit.debias.long_docs.LongDocs`) for
-        ``student:`` and ``cross-encoder:``, ``max_length`` for ``cross-encoder:``. A keyword the
-        reranker does not take is an error naming it.
+        ``batch_size``, ``long_docs`` (:class:`~ragkit.debias.long_docs.LongDocs`) and ``backend``
+        (``torch``, ``onnx``, ``onnx-int8``) for ``student:`` and ``cross-encoder:``, ``max_length`` for
+        ``cross-encoder:``; ``device``, ``dtype``, ``batch_size``, ``max_length``, ``long_docs`` and
+        ``instruction`` for ``llm:``. A keyword the reranker does not take is an error naming it.
     """
     if isinstance(spec, Reranker):
         return spec
@@ -264,10 +269,19 @@ def get_reranker(spec: str | Reranker, generator: GeneratorLike | None = None, *
         return getattr(importlib.import_module(module), cls)(generator, **kw)
     assert arg is not None
     if kind == "student":
+        from ragkit.debias.bi_encoder import BiEncoderReranker, is_bi_encoder_folder
         from ragkit.debias.student import DistilledReranker
 
-        reject(("device", "batch_size", "long_docs"))  # max_length is the student's own, saved with it
+        if is_bi_encoder_folder(arg):  # `ragkit distill --student bi-encoder`: cosine of the fine-tuned embedder
+            reject(("device", "batch_size"))
+            return BiEncoderReranker.load(arg, **kw)
+        reject(("device", "batch_size", "long_docs", "backend"))  # max_length is the student's own, saved with it
         return DistilledReranker.load(arg, **kw)
+    if kind == "llm":
+        from ragkit.debias.llm_reranker import LLMReranker
+
+        reject(("device", "dtype", "batch_size", "max_length", "long_docs", "instruction"))
+        return LLMReranker.from_pretrained(arg, **kw)
     from ragkit.debias.cross_encoder import CrossEncoderReranker
 
     reject(_ENCODER_KW)

@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ragkit.debias.calibration import PlattCalibration
 from ragkit.debias.cross_encoder import CrossEncoderReranker
 from ragkit.debias.long_docs import LongDocs
 from ragkit.io import atomic_dir
@@ -206,13 +207,14 @@ class DistilledReranker(CrossEncoderReranker):
     def from_pretrained(
         cls, name_or_path: str | os.PathLike[str], *, device: str = "auto", batch_size: int = 64,
         max_length: int | None = None, max_batch_tokens: int | None = None, forward_cost_tokens: int = 128,
-        long_docs: LongDocs | None = None,
+        long_docs: LongDocs | None = None, backend: str = "torch",
     ) -> DistilledReranker:
         """A student from a local folder or a Hugging Face Hub id, or any one-output cross-encoder.
 
         A folder written by :meth:`save_pretrained` (it holds ``ragkit_distill.json``) loads with its
         training metadata (:meth:`load`); so does a hub repository made by :meth:`push_to_hub`.
         Anything else that ``sentence_transformers.CrossEncoder`` loads is wrapped as is.
+        ``backend``: ``"torch"``, ``"onnx"`` or ``"onnx-int8"`` (:meth:`with_backend`).
         """
         p = Path(name_or_path)
         if p.is_dir() and (p / META_FILE).exists():
@@ -220,7 +222,7 @@ class DistilledReranker(CrossEncoderReranker):
                                forward_cost_tokens=forward_cost_tokens, long_docs=long_docs)
             if max_length is not None:
                 student.model.max_length = max_length
-            return student
+            return student.with_backend(backend, source=str(p))
         meta: dict[str, Any] = {"base_model": str(name_or_path)}
         if not p.exists():  # a hub id: its ragkit metadata, when the repository has some
             try:
@@ -234,15 +236,16 @@ class DistilledReranker(CrossEncoderReranker):
                             META_FILE, type(e).__name__)
         plain = CrossEncoderReranker.from_pretrained(str(name_or_path), device=device, max_length=max_length)
         return cls(plain.model, meta, batch_size=batch_size, max_batch_tokens=max_batch_tokens,
-                   forward_cost_tokens=forward_cost_tokens, long_docs=long_docs)
+                   forward_cost_tokens=forward_cost_tokens, long_docs=long_docs).with_backend(
+            backend, source=str(name_or_path))
 
     @classmethod
     def load(cls, path: str | os.PathLike[str], *, device: str = "auto", batch_size: int = 64,
              max_batch_tokens: int | None = None, forward_cost_tokens: int = 128,
-             long_docs: LongDocs | None = None) -> DistilledReranker:
+             long_docs: LongDocs | None = None, backend: str = "torch") -> DistilledReranker:
         """Load a student saved by :meth:`save` (or by ``ragkit distill``); ``max_batch_tokens`` and
-        ``forward_cost_tokens`` set its length buckets and ``long_docs`` its long-document rule
-        (:class:`CrossEncoderReranker`)."""
+        ``forward_cost_tokens`` set its length buckets, ``long_docs`` its long-document rule and
+        ``backend`` its encoder backend (:class:`CrossEncoderReranker`)."""
         import torch
         from sentence_transformers import CrossEncoder
 
@@ -268,9 +271,11 @@ class DistilledReranker(CrossEncoderReranker):
         model = CrossEncoder(str(p), device=resolve_device(device), activation_fn=torch.nn.Identity(),
                              local_files_only=True)
         _check_weights_cover_model(p, model, names)
-        return _student_class(cls, meta.get("metadata", {}))(
+        student = _student_class(cls, meta.get("metadata", {}))(
             model, meta.get("metadata", {}), batch_size=batch_size, max_batch_tokens=max_batch_tokens,
             forward_cost_tokens=forward_cost_tokens, long_docs=long_docs)
+        student.calibration = PlattCalibration.find(p)
+        return student.with_backend(backend, source=str(p))
 
     def save_pretrained(self, path: str | os.PathLike[str], overwrite: bool = False,
                         card: bool = True) -> Path:
@@ -289,6 +294,8 @@ class DistilledReranker(CrossEncoderReranker):
             meta = {"format": _META_FORMAT, "metadata": self.metadata}
             (tmp / META_FILE).write_text(json.dumps(meta, indent=2, ensure_ascii=False, default=str),
                                          encoding="utf-8")
+            if self.calibration is not None:
+                self.calibration.save(tmp)
             if card:
                 (tmp / "README.md").write_text(model_card(self.metadata, out.name), encoding="utf-8")
         logger.info("saved distilled reranker to %s", out)
@@ -447,6 +454,8 @@ class ResidualReranker(DistilledReranker):
     """
 
     name = "residual"
+
+    pointwise = False  # the position prior depends on the passage's place in the list
 
     def __init__(self, model: Any, metadata: Any = None, **kwargs: Any) -> None:
         super().__init__(model, metadata, **kwargs)

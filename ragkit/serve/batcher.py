@@ -198,6 +198,14 @@ class MicroBatcher:
             self._worker = None
 
     # ------------------------------------------------------------------ submitting
+    async def call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run ``fn(*args)`` on the model's worker thread, between batches (the model is never called
+        concurrently), and return its result; not batched, not counted."""
+        if not self.alive:
+            await self.start()
+        assert self._worker is not None
+        return await self._worker.submit(fn, *args)
+
     async def submit(self, query: Any, passages: Any, key: Any = None) -> Any:
         """Queue one request and wait for its result.
 

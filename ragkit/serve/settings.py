@@ -6,6 +6,7 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from ragkit.debias.long_docs import LongDocs
 from ragkit.io import redact_url
 
 __all__ = ["ServeSettings"]
@@ -27,7 +28,10 @@ class ServeSettings:
     max_documents
         Most documents in one request (more: 413).
     max_chars
-        Most characters in the query and in each document (more: 413; nothing is truncated).
+        Most characters in the query (more: 413) and the document size the body limit is sized for
+        (:attr:`max_body_bytes`). A longer document is not refused: the reranker reads it by its
+        long-document rule (``long_docs``) and the response's ``meta`` counts it as truncated or
+        chunked.
     max_request_chars
         The per-request work budget: most characters of (query, document) pairs in one request,
         each pair counted as ``min(len(query) + len(doc), max_pair_chars)`` (more: 413). A
@@ -72,6 +76,16 @@ class ServeSettings:
         For a cross-encoder reranker: the fixed cost of one encoder forward in tokens, which the
         reranker weighs against padding when it cuts a merged batch into length buckets
         (:func:`ragkit.batching.length_buckets`; ``0``: minimise padding only).
+    long_docs
+        For a pointwise reranker (cross-encoder, student, ``llm:``): how documents longer than the
+        encoder are read (:class:`ragkit.debias.long_docs.LongDocs`: ``max_tokens_per_doc``,
+        truncation side, chunk-then-max); ``None``: the reranker's own rule.
+    cache_size
+        Most (query, document) scores kept in the LRU cache of a pointwise reranker
+        (:mod:`ragkit.serve.cache`); ``0``: no cache.
+    effect_threshold
+        For MoI: a document ``helps`` when its utility is above ``+effect_threshold``, ``hurts``
+        when below ``-effect_threshold``, else it is ``neutral``.
     """
 
     max_batch_size: int = 32
@@ -91,6 +105,9 @@ class ServeSettings:
     model_name: str = "ragkit-reranker"
     max_batch_tokens: int = 4096
     forward_cost_tokens: int = 128
+    long_docs: LongDocs | None = None
+    cache_size: int = 10_000
+    effect_threshold: float = 0.05
 
     def __post_init__(self) -> None:
         for name in ("max_batch_size", "max_queue", "max_documents", "max_chars", "retry_after_s",
@@ -105,6 +122,15 @@ class ServeSettings:
                 or self.forward_cost_tokens < 0:
             raise ValueError(f"ServeSettings.forward_cost_tokens must be an integer >= 0, got "
                              f"{self.forward_cost_tokens!r}")
+        if not isinstance(self.cache_size, int) or isinstance(self.cache_size, bool) or self.cache_size < 0:
+            raise ValueError(f"ServeSettings.cache_size must be an integer >= 0 (0: no cache), got {self.cache_size!r}")
+        if self.long_docs is not None and not isinstance(self.long_docs, LongDocs):
+            raise ValueError(f"ServeSettings.long_docs must be a ragkit.debias.long_docs.LongDocs or None, got "
+                             f"{type(self.long_docs).__name__}")
+        if not isinstance(self.effect_threshold, (int, float)) or isinstance(self.effect_threshold, bool) \
+                or not math.isfinite(self.effect_threshold) or self.effect_threshold < 0:
+            raise ValueError(f"ServeSettings.effect_threshold must be a finite number >= 0, got "
+                             f"{self.effect_threshold!r}")
         if self.max_pending_bytes is not None and (not isinstance(self.max_pending_bytes, int)
                                                    or isinstance(self.max_pending_bytes, bool)
                                                    or self.max_pending_bytes < 1):
@@ -137,4 +163,5 @@ class ServeSettings:
         """The settings without the API key (for ``/health`` and logs)."""
         d = asdict(self)
         d["api_key"] = "set" if self.api_key else None
+        d["long_docs"] = self.long_docs.to_dict() if self.long_docs is not None else None
         return d

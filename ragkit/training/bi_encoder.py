@@ -17,7 +17,8 @@ alternating between them):
 
 Questions whose utilities are all equal teach nothing and are skipped. The saved folder is a plain
 sentence-transformers model (``SentenceTransformer(path)`` loads it; ``ragkit index --embedder
-PATH`` indexes with it) plus ``ragkit_distill.json`` with the training metadata.
+PATH`` indexes with it) plus ``ragkit_distill.json`` with the training metadata; ``student:PATH``
+loads it as a reranker (:class:`ragkit.debias.bi_encoder.BiEncoderReranker`).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ragkit.debias.bi_encoder import BI_META_FORMAT
 from ragkit.debias.cross_encoder import pair_text
 from ragkit.io import atomic_dir, check_writable_dir, progress_enabled
 from ragkit.training.distill import _as_labels, label_targets
@@ -46,7 +48,6 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["BiEncoderStudent", "BiEncoderTrainResult", "train_bi_encoder"]
 
-BI_META_FORMAT = "ragkit-bi-encoder-student/1"
 
 
 @dataclass
@@ -81,6 +82,7 @@ class BiEncoderStudent:
             self.model.save(str(tmp), safe_serialization=True)
             (tmp / META_FILE).write_text(json.dumps({"format": BI_META_FORMAT, "metadata": self.metadata}, indent=2,
                                                     ensure_ascii=False, default=str), encoding="utf-8")
+            (tmp / "README.md").write_text(bi_encoder_card(self.metadata, out.name), encoding="utf-8")
         logger.info("saved bi-encoder student to %s", out)
         return out
 
@@ -221,3 +223,22 @@ def train_bi_encoder(
                                 loss_history=history, initial_loss=history[0] if history else None,
                                 final_loss=history[-1] if history else None, seconds=seconds,
                                 num_queries=len(labs), num_pairs=len(mnrl_rows["anchor"]) + len(margin_rows["query"]))
+
+
+def bi_encoder_card(metadata: dict[str, Any], name: str) -> str:
+    """The bi-encoder student's model card: base embedder, labels, training, and the first-stage comparison."""
+    from ragkit.debias.student import _comparison_lines
+
+    m = metadata
+    rows = [(k, m.get(k)) for k in ("base_model", "loss", "epochs", "batch_size", "lr", "margin_scale", "num_queries",
+                                    "label_generators", "label_sources", "train_seconds")]
+    return "\n".join([
+        "---", "library_name: sentence-transformers", "tags:", "- ragkit", "- bi-encoder", "- distillation",
+        "- mixture-of-intervention", "---", "", f"# {name}", "",
+        "The dense retriever's embedder fine-tuned on Mixture-of-Intervention utilities (Lee et al., NAACL Findings "
+        "2025, arXiv 2412.10684) with in-batch negatives and MarginMSE; ranks by cosine similarity.", "",
+        "| setting | value |", "|---|---|", *[f"| {k} | {v if v not in (None, '') else '-'} |" for k, v in rows], "",
+        *_comparison_lines(m.get("comparison")),
+        "## Use", "", "```python", "from sentence_transformers import SentenceTransformer", "",
+        f'model = SentenceTransformer("{name}")', "```", "",
+        f"As a ragkit reranker: `student:{name}` (`ragkit eval`, `ragkit rerank`, `ragkit serve`).", ""])

@@ -155,7 +155,7 @@ def test_registry_names_and_validation() -> None:
     assert set(METHOD_NAMES) == {"none", "reverse", "both_ends", "random", "voting", "psc_borda", "psc_rrf",
                                  "moi", "moi_cyclic", "moi_prior", "moi_confidence", "moi_gold", "moi_loo",
                                  "moi_loo_gold", "moi_loo_q", "moi_masked", "upr", "icr", "moi_attn"}
-    assert available_methods()[-2:] == ["student:PATH", "cross-encoder:NAME"]
+    assert available_methods()[-3:] == ["student:PATH", "cross-encoder:NAME", "llm:MODEL"]
     p = resolve_method("moi_prior")
     assert (p.reranker, p.placement, p.answerer) == ("moi_prior", "bias_aware", "single")
     assert resolve_method("cross-encoder:some/model").loads_encoder

@@ -140,3 +140,25 @@ def test_cli_distill_probe(tiny_lm_dir: Path, tmp_path: Path, capsys) -> None:
     report = json.loads(capsys.readouterr().out)
     assert report["held_out_fidelity"]["num_queries"] == 2 and report["num_queries"] == 4
     assert AttentionProbe.load(out).metadata["held_out_fidelity"]["num_queries"] == 2
+
+
+def test_cli_rerank_moi_attn(tiny_lm_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    """`ragkit rerank --reranker moi_attn` finds the generator's probe by fingerprint ($RAGKIT_PROBE_DIR)."""
+    from ragkit.cli import main
+    from ragkit.debias.attention_probe import default_probe_path, fit_attention_probe
+    from ragkit.generation import Generator
+
+    qs, ps = _questions()
+    passages = tmp_path / "p.jsonl"
+    passages.write_text("".join(json.dumps({"id": p.id, "title": p.title, "text": p.text}) + "\n" for p in ps[0]))
+    argv = ["rerank", "--query", qs[0], "--passages", str(passages), "--reranker", "moi_attn", "--model",
+            str(tiny_lm_dir), "--device", "cpu", "--json"]
+    monkeypatch.setenv("RAGKIT_PROBE_DIR", str(tmp_path / "probes"))
+    assert main(argv) == 1
+    assert "ragkit distill probe" in capsys.readouterr().err  # no probe yet: how to fit one
+    gen = Generator(model=str(tiny_lm_dir), device="cpu", show_progress=False)
+    fit_attention_probe(gen, qs, ps, [list(range(len(p))) for p in ps], out=default_probe_path(gen),
+                        show_progress=False)
+    assert main(argv) == 0, capsys.readouterr().err
+    out = json.loads(capsys.readouterr().out)
+    assert out["reranker"] == "moi_attn" and out["generator_calls"] == 2

@@ -34,6 +34,15 @@ def test_bi_encoder_trains_and_saves_a_sentence_transformer(tiny_encoder_dir: Pa
     assert not np.allclose(a, before, atol=1e-4)  # training moved the embedder
     s = res.reranker.scores(["which river?"], [labels[0].passages()])
     assert len(s[0]) == 4 and all(-1.0 - 1e-5 <= x <= 1.0 + 1e-5 for x in s[0])
+    # student:PATH loads it as a reranker (eval, rerank, serve) that ranks by the same cosine
+    from ragkit.debias import get_reranker
+    from ragkit.debias.bi_encoder import BiEncoderReranker
+
+    rr = get_reranker(f"student:{out}", device="cpu")
+    assert isinstance(rr, BiEncoderReranker)
+    ranked = rr.rank("which river?", labels[0].passages())
+    assert ranked.ids() == [labels[0].passage_ids[i] for i in np.argsort(-np.asarray(s[0]), kind="stable")]
+    np.testing.assert_allclose(sorted(ranked.scores(), reverse=True), sorted(s[0], reverse=True), atol=1e-5)
 
 
 def test_bi_encoder_argument_errors() -> None:
@@ -56,6 +65,8 @@ def test_cli_bi_encoder_student(tiny_encoder_dir: Path, tmp_path: Path, capsys) 
     assert rc == 0, capsys.readouterr().err
     report = json.loads(capsys.readouterr().out)
     assert report["metadata"]["student"] == "bi-encoder" and report["metadata"]["comparison"]["num_queries"] == 2
+    card = (out / "README.md").read_text(encoding="utf-8")
+    assert "Compared with the first stage" in card and "bi-encoder" in card
     assert main(["distill", "--labels", str(labels), "--out", str(tmp_path / "x"), "--student", "bi-encoder",
                  "--loss", "ranknet"]) == 1
     assert "does not train a bi-encoder student" in capsys.readouterr().err
