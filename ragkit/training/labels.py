@@ -282,6 +282,8 @@ def read_labels(path: str | os.PathLike[str]) -> list[LabelRecord]:
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"no such label file: {path}; make one with `ragkit distill labels`")
+    if path.is_dir():
+        raise IsADirectoryError(f"{path} is a folder; pass a label file (JSONL, made by `ragkit distill labels`)")
     out = _parse_rows(path, read_appended_jsonl(path, with_lines=True))
     if not out:
         raise ValueError(f"{path} holds no labels; make some with `ragkit distill labels`")
