@@ -21,7 +21,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _harness import gpu_epilog, shared_data, write_result
+from ragkit.datasets import data_path
+from ragkit.eval.harness import gpu_epilog, write_result
 
 
 def _model(name: str, tmp: Path) -> str | None:
@@ -97,12 +98,12 @@ def _single(a: argparse.Namespace) -> dict[str, Any]:
 def main() -> int:
     ap = argparse.ArgumentParser(
         description="seconds per training step: cord vs plain CE", formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=gpu_epilog("cord.py", "--model Qwen/Qwen2.5-7B-Instruct --device cuda --k 10 --batch-size 8 "
+        epilog=gpu_epilog("benchmarks/cord.py", "--model Qwen/Qwen2.5-7B-Instruct --device cuda --k 10 --batch-size 8 "
                                      "--passage-max-tokens 64 --out benchmarks/results/cord-gpu.json"))
     ap.add_argument("--out", required=True)
     ap.add_argument("--model", default="embedded", help="embedded | random-small | a HF id, folder or .gguf file")
     ap.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda, cuda:1")
-    ap.add_argument("--data-file", default=None, help="default: ../shared/data/hotpotqa/train.jsonl")
+    ap.add_argument("--data-file", default=None, help="default: $RAGKIT_DATA/hotpotqa/train.jsonl")
     ap.add_argument("--batch-size", type=int, default=2)
     ap.add_argument("--k", type=int, default=5, help="passages per prompt")
     ap.add_argument("--passage-max-tokens", type=int, default=32)
@@ -119,7 +120,7 @@ def main() -> int:
     except ValueError as e:
         ap.error(str(e))
     if a.data_file is None:
-        a.data_file = str(shared_data("hotpotqa", "train.jsonl"))
+        a.data_file = str(data_path("hotpotqa", "train.jsonl"))
     os.environ.setdefault("RAGKIT_NO_PROGRESS", "1")
     if a.single:
         print(json.dumps(_single(a)))

@@ -243,11 +243,11 @@ def check_scoring(gen: Any) -> dict[str, Any]:
     import numpy as np
 
     from ragkit.debias.designs import cyclic
-    from ragkit.generation.scoring import cache_ok
+    from ragkit.generation.handle import cache_ok
     from ragkit.types import Passage
 
     model, tok = gen.model, gen.tokenizer
-    out: dict[str, Any] = {"template": gen.template.name, "prefix_reuse": bool(cache_ok(gen))}
+    out: dict[str, Any] = {"template": gen.template.name, "prefix_reuse": bool(cache_ok(gen.handle))}
     # score: several prompts of different lengths in one padded batch, two answers each
     prompts, answers = [], []
     for q, ps, a in QUESTIONS:
@@ -325,7 +325,7 @@ def check_moi(gen: Any) -> dict[str, Any]:
     }
     ok = True
     for name, kw in setups.items():
-        moi = MoI(gen, max_new_tokens=4, seed=0, **kw)
+        moi = MoI.from_settings(gen, max_new_tokens=4, seed=0, **kw)
         res = moi.run_batch(qs, pss, answers_list=golds if kw["outcome"] == "gold" else None, generate_answer=True)
         fin = all(_finite(r.utilities) and _finite(r.outcomes) and sorted(r.order) == [0, 1, 2]
                   and (r.raw_utilities is None or _finite(r.raw_utilities)) for r in res)
@@ -571,9 +571,9 @@ def _json_safe(obj: Any) -> Any:
 def machine_info() -> dict[str, Any]:
     """The harness's machine info plus the tokenizers, ragkit and TRL versions."""
     import tokenizers
-    from _harness import machine_info as base_info
 
     import ragkit
+    from ragkit.eval.harness import machine_info as base_info
 
     info = {**base_info("cpu"), "tokenizers": tokenizers.__version__, "ragkit": getattr(ragkit, "__version__", "?")}
     try:
@@ -586,10 +586,10 @@ def machine_info() -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from _harness import gpu_epilog
+    from ragkit.eval.harness import gpu_epilog
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
-                                 epilog=gpu_epilog("model_zoo.py", None, note=(
+                                 epilog=gpu_epilog("benchmarks/model_zoo.py", None, note=(
                                      "GPU / hub model: not applicable. The zoo builds tiny random models offline (no "
                                      "download) and runs on CPU by design\n(the CORD and TRL checks use use_cpu=True): "
                                      "it checks ragkit's log-probs per architecture against a plain forward.\nA hub "
@@ -606,7 +606,8 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("RAGKIT_NO_PROGRESS", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     import torch
-    from _harness import write_result
+
+    from ragkit.eval.harness import write_result
 
     logging.basicConfig(level=logging.ERROR)
     from transformers.utils import logging as hf_logging

@@ -30,15 +30,15 @@ import sys
 import time
 from typing import Any
 
-from _harness import cpu_name, gpu_epilog, shared_data, write_result
 from _shapes import SHAPES, bench_generator
 
+from ragkit.datasets import data_path
 from ragkit.debias.designs import cyclic, prior
+from ragkit.eval.harness import cpu_name, gpu_epilog, write_result
 
 
 def main(argv: list[str] | None = None) -> int:
-    epilog = gpu_epilog(
-        "moi.py",
+    epilog = gpu_epilog("benchmarks/moi.py",
         "--model random:llama-3-8b --device cuda --n-questions 5 --out "
         "benchmarks/results/moi-llama3-8b-gpu.json",
         note="random:<shape> builds random weights in a model's shape (speed needs no trained "
@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--k", type=int, default=10)
     ap.add_argument("--passage-tokens", type=int, default=60)
     ap.add_argument("--data-file", "--data", dest="data", default=None,
-                    help="HotpotQA JSONL (default: ../shared/data/hotpotqa/dev.jsonl from the repository root, "
+                    help="HotpotQA JSONL (default: $RAGKIT_DATA/hotpotqa/dev.jsonl from the repository root, "
                          "or $RAGKIT_SHARED_DATA/hotpotqa/dev.jsonl)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--model", default=None,
@@ -60,13 +60,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-seconds", type=float, default=420.0,
                     help="stop adding questions once this much time is spent (at least one question runs)")
     args = ap.parse_args(argv)
-    args.data = str(args.data or shared_data("hotpotqa", "dev.jsonl"))
+    args.data = str(args.data or data_path("hotpotqa", "dev.jsonl"))
 
     import torch
     from transformers import DynamicCache
 
     from ragkit.datasets import load_hotpotqa
-    from ragkit.generation.scoring import common_prefix_len, ordering_prompts
+    from ragkit.generation.layout import ordering_prompts
+    from ragkit.generation.scoring import common_prefix_len
 
     logging.basicConfig(level=logging.WARNING)
     torch.set_num_threads(args.threads)
@@ -132,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
             pre_mask = torch.ones_like(pre_ids)
             suf = [p[L:] + x for p, x in zip(p_ids, a_ids)]
             w = max(len(s) for s in suf)
-            s_ids = torch.full((len(suf), w), gen._pad_id)
+            s_ids = torch.full((len(suf), w), gen.handle.pad_id)
             s_mask = torch.zeros((len(suf), w), dtype=torch.long)
             for r, s in enumerate(suf):
                 s_ids[r, : len(s)] = torch.tensor(s)

@@ -4,10 +4,9 @@ For each HotpotQA dev question (k passages, bodies cut to ``--passage-max-tokens
 MoI (``consensus`` outcome, bias-aware placement, final answer) runs with the cyclic design
 (M = k) and the prior design (M = 3), twice:
 
-* ``before`` (``MoI(reuse_cache=False)``): each ordering's prompt is generated from (one batched
-  ``generate``), prefilled again to score the consensus answer (``score_orderings``, shared prefix
-  once), and the final answer is generated from a new prompt;
-* ``after`` (``MoI(reuse_cache=True)``): each ordering's prompt is prefilled once
+* ``before`` (the generic ``run_orderings_by_parts``): each ordering's prompt is generated from (one
+  batched ``generate``), then prefilled again to score the consensus answer (``score``);
+* ``after`` (the local ``Generator.run_orderings``): each ordering's prompt is prefilled once
   (``Generator.run_orderings``: shared prefix once, the answer decoded from that cache, the
   consensus answer scored as a continuation of it), and the final answer is reused when the chosen
   order is one of the orderings run.
@@ -34,14 +33,33 @@ import sys
 import time
 from typing import Any
 
-from _harness import cpu_name, gpu_epilog, rel, shared_data, write_result
 from _shapes import SHAPES, bench_generator
+
+from ragkit.datasets import data_path
+from ragkit.eval.harness import cpu_name, gpu_epilog, rel, write_result
+
+
+class _ByParts:
+    """A generator with the generic ``run_orderings`` (generate, then score): the path before one
+    prefill per ordering."""
+
+    def __init__(self, gen: Any) -> None:
+        self._gen = gen
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._gen, name)
+
+    def run_orderings(self, *args: Any, **kwargs: Any) -> Any:
+        from ragkit.generation.layout import run_orderings_by_parts
+
+        return run_orderings_by_parts(self, *args, **kwargs)
 
 
 def floor_tokens(gen: Any, question: str, passages: list, orderings: list[list[int]], order: list[int]) -> int:
     """Shared prefix + each ordering's distinct tokens + the final prompt."""
     from ragkit.generation.fitting import encode_prompts
-    from ragkit.generation.scoring import common_prefix_len, ordering_prompts
+    from ragkit.generation.layout import ordering_prompts
+    from ragkit.generation.scoring import common_prefix_len
 
     prompts = ordering_prompts(gen, [question], [passages], [orderings])[0]
     ids = encode_prompts(gen.tokenizer, prompts)
@@ -51,8 +69,7 @@ def floor_tokens(gen: Any, question: str, passages: list, orderings: list[list[i
 
 
 def main(argv: list[str] | None = None) -> int:
-    epilog = gpu_epilog(
-        "moi_pipeline.py",
+    epilog = gpu_epilog("benchmarks/moi_pipeline.py",
         "--model random:llama-3-8b --device cuda --n-questions 5 --out "
         "benchmarks/results/moi_pipeline-gpu.json",
         note="random:<shape> builds random weights in a model's shape; a hub id works the same.")
@@ -64,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--passage-max-tokens", type=int, default=60)
     ap.add_argument("--max-new-tokens", type=int, default=16)
     ap.add_argument("--data-file", default=None,
-                    help="HotpotQA JSONL (default: ../shared/data/hotpotqa/dev.jsonl from the repository root, "
+                    help="HotpotQA JSONL (default: $RAGKIT_DATA/hotpotqa/dev.jsonl from the repository root, "
                          "or $RAGKIT_SHARED_DATA/hotpotqa/dev.jsonl)")
     ap.add_argument("--model", default=None,
                     help="generator (default: the embedded SmolLM2-135M-Instruct); random:<shape> for random weights "
@@ -75,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-seconds", type=float, default=480.0,
                     help="stop adding questions once this much time is spent (at least one question runs)")
     args = ap.parse_args(argv)
-    args.data_file = str(args.data_file or shared_data("hotpotqa", "dev.jsonl"))
+    args.data_file = str(args.data_file or data_path("hotpotqa", "dev.jsonl"))
 
     import numpy as np
     import torch
@@ -95,7 +112,8 @@ def main(argv: list[str] | None = None) -> int:
     designs = {d: all_designs[d] for d in args.designs.split(",") if d}
 
     def run(path: str, kw: dict[str, Any], rec: Any) -> tuple[Any, float, dict[str, int]]:
-        moi = MoI(gen, profile=profile, max_new_tokens=args.max_new_tokens, reuse_cache=(path == "after"), **kw)
+        moi = MoI.from_settings(gen if path == "after" else _ByParts(gen), profile=profile,
+                                max_new_tokens=args.max_new_tokens, **kw)
         gen.reset_counters()
         if gen.device.startswith("cuda"):
             torch.cuda.synchronize()

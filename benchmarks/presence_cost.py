@@ -29,13 +29,14 @@ import sys
 import time
 from typing import Any
 
-from _harness import gpu_epilog, rel, shared_data, write_result
 from _shapes import SHAPES, bench_generator
+
+from ragkit.datasets import data_path
+from ragkit.eval.harness import gpu_epilog, rel, write_result
 
 
 def main(argv: list[str] | None = None) -> int:
-    epilog = gpu_epilog(
-        "presence_cost.py",
+    epilog = gpu_epilog("benchmarks/presence_cost.py",
         "--model random:llama-3-8b --device cuda --out benchmarks/results/presence_cost-gpu.json",
         note="random:<shape> builds random weights in a model's shape; a hub id works the same.")
     ap = argparse.ArgumentParser(description=__doc__, epilog=epilog,
@@ -48,20 +49,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=2, help="timed repeats per path (after one warm-up)")
     ap.add_argument("--batch-size", type=int, default=8, help="sequences per forward pass")
     ap.add_argument("--data-file", default=None,
-                    help="HotpotQA JSONL (default: ../shared/data/hotpotqa/dev.jsonl, or $RAGKIT_SHARED_DATA)")
+                    help="HotpotQA JSONL (default: $RAGKIT_DATA/hotpotqa/dev.jsonl, or $RAGKIT_SHARED_DATA)")
     ap.add_argument("--model", default=None,
                     help="generator (default: the embedded SmolLM2-135M-Instruct); random:<shape> for random weights "
                          f"in a model's shape ({', '.join(SHAPES)})")
     ap.add_argument("--device", default="auto", help="auto (CUDA with bf16 when present, else CPU fp32), cpu, cuda")
     args = ap.parse_args(argv)
-    args.data_file = str(args.data_file or shared_data("hotpotqa", "dev.jsonl"))
+    args.data_file = str(args.data_file or data_path("hotpotqa", "dev.jsonl"))
 
     import numpy as np
     import torch
 
     from ragkit.datasets import load_hotpotqa
     from ragkit.debias.designs import ablate, loo
-    from ragkit.generation.scoring import ordering_prompts
+    from ragkit.generation.layout import ordering_prompts
 
     logging.basicConfig(level=logging.ERROR)
     gen = bench_generator(args.model, device=args.device, passage_max_tokens=args.passage_max_tokens,

@@ -24,7 +24,8 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _harness import gpu_epilog, write_result
+
+from ragkit.eval.harness import gpu_epilog, write_result
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -101,8 +102,9 @@ def bench_step(model: str, steps: int, n: int, g: int, max_new: int, device: str
 def main() -> None:
     ap = argparse.ArgumentParser(
         description="PS-GRPO reward and step benchmarks", formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=gpu_epilog("psgrpo.py", "--model Qwen/Qwen2.5-7B-Instruct --device cuda --lora-r 16 --steps 4 "
-                                       "--out benchmarks/results/psgrpo-gpu.json",
+        epilog=gpu_epilog("benchmarks/psgrpo.py",
+                          "--model Qwen/Qwen2.5-7B-Instruct --device cuda --lora-r 16 --steps 4 "
+                          "--out benchmarks/results/psgrpo-gpu.json",
                           note="(--lora-r: a 7B full fine-tune with AdamW does not fit in 80 GB; TRL with vLLM "
                                "rollouts is `ragkit train psgrpo --use-vllm`.)"))
     ap.add_argument("--out", required=True, help="JSON result file")

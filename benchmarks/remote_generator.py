@@ -34,7 +34,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from _harness import REFERENCE_GGUF_CMD, gpu_epilog, write_result
+
+from ragkit.eval.harness import REFERENCE_GGUF_CMD, gpu_epilog, write_result
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -82,7 +83,7 @@ def start_llama_server(gguf: Path, n_ctx: int, threads: int, log: Path,
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=gpu_epilog("remote_generator.py", f'--model "$({REFERENCE_GGUF_CMD})" --device cuda --n 50 '
+        epilog=gpu_epilog("benchmarks/remote_generator.py", f'--model "$({REFERENCE_GGUF_CMD})" --device cuda --n 50 '
                                                  "--out benchmarks/results/remote_generator-gpu.json",
                           note="(--model is a GGUF file, as llama.cpp serves GGUF: e.g. a hub model's GGUF download; "
                                "the server uses the GPU only when\nllama-cpp-python was built with CUDA: "
@@ -98,12 +99,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "remote_generator-cpu.json"))
     a = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    from ragkit.models import _SMOLLM_GGUF, _smollm_gguf_dir
+    from ragkit.models import default_generator_gguf
 
     if a.model is not None and not (a.model.endswith(".gguf") and Path(a.model).expanduser().is_file()):
         ap.error(f"--model {a.model!r} is not a .gguf file; llama.cpp serves GGUF files "
                  f"(the reference generator's: {REFERENCE_GGUF_CMD})")
-    gguf = Path(a.model).expanduser() if a.model else _smollm_gguf_dir() / _SMOLLM_GGUF
+    gguf = Path(a.model).expanduser() if a.model else default_generator_gguf()
     local = Generator(str(gguf) if a.model else None, device=a.device, batch_size=8,
                       passage_max_tokens=a.passage_max_tokens, show_progress=False)
     recs = sample_records(a.n)
@@ -149,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
         "server": f"llama-cpp-python {md.version('llama-cpp-python')} (python -m llama_cpp.server --logits_all true "
                   f"--n_ctx 2048 --n_threads {a.threads}"
                   + (" --n_gpu_layers -1)" if str(local.device).startswith("cuda") else ")"),
-        "model": (f"SmolLM2-135M-Instruct, {_SMOLLM_GGUF} (llama.cpp: Q4_1 kernels" if a.model is None
+        "model": (f"SmolLM2-135M-Instruct, {default_generator_gguf().name} (llama.cpp: Q4_1 kernels" if a.model is None
                   else f"{gguf.name} (llama.cpp: its quantised kernels")
                  + f"; in-process: the same weights de-quantised, torch {local.device})",
         "template": local.template.name,

@@ -47,8 +47,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from _harness import gpu_epilog, write_result
 
+from ragkit.eval.harness import gpu_epilog, write_result
 from ragkit.types import Passage
 
 SYLLABLES = ["ka", "lo", "mi", "ne", "ru", "sa", "to", "vi", "be", "da", "fo", "gu", "ha", "ji",
@@ -231,7 +231,7 @@ def rss_part(args: argparse.Namespace, res: dict[str, Any]) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=gpu_epilog("retrieval.py", "--device cuda --embedder BAAI/bge-base-en-v1.5 --n-encode 50000 "
+        epilog=gpu_epilog("benchmarks/retrieval.py", "--device cuda --embedder BAAI/bge-base-en-v1.5 --n-encode 50000 "
                                           "--out benchmarks/results/retrieval-gpu.json", generator=False,
                           note="(No generator here: on a GPU the dense rows change -- the encoder on --device, and "
                                "FAISS flat search on GPU 0\nwhen faiss-gpu is installed, "

@@ -25,6 +25,17 @@ two OpenMP threads that wait for each other at every operator cost more than the
 
     python benchmarks/serve.py --mem-seconds 300 --out benchmarks/results/serve-cpu.json
     python benchmarks/serve.py --threads 1 --mem-seconds 30 --out benchmarks/results/serve-threads1-cpu.json
+
+``--backends torch,onnx,onnx-int8`` measures the encoder backends instead: the same student (with
+``--train-epochs``, trained first on the bundled questions' gold paragraphs, so that its scores
+carry a ranking worth keeping) served by ``ragkit serve --backend B`` in its own process, one
+backend after the other, ``C`` clients in ``--clients`` for ``--seconds`` each with ``D`` = the
+largest ``--docs``: requests/s, p50/p95 latency, and each backend's agreement with torch on the
+bundled questions (same top-3, mean Spearman). The score cache is off (``--cache-size 0``) in every
+run: the workload repeats its questions.
+
+    python benchmarks/serve.py --backends torch,onnx,onnx-int8 --train-epochs 1 --docs 10 \
+        --out benchmarks/results/serve-backends-cpu.json
 """
 
 from __future__ import annotations
@@ -45,7 +56,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from _harness import gpu_epilog, write_result
+
+from ragkit.eval.harness import gpu_epilog, write_result
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -73,6 +85,7 @@ def _stats(lat: list[float], ok: int, failed: int, seconds: float) -> dict[str, 
     return {"requests": ok + failed, "ok": ok, "failed": failed, "seconds": round(seconds, 2),
             "throughput_rps": ok / seconds if seconds > 0 else 0.0,
             "p50_ms": float(np.percentile(a, 50)) if a.size else None,
+            "p95_ms": float(np.percentile(a, 95)) if a.size else None,
             "p99_ms": float(np.percentile(a, 99)) if a.size else None}
 
 
@@ -154,8 +167,7 @@ def _workloads(docs: list[int]) -> dict[int, list[dict[str, Any]]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    epilog = gpu_epilog(
-        "serve.py",
+    epilog = gpu_epilog("benchmarks/serve.py",
         "--device cuda --docs 1,4,10 --clients 1,8,32 --out benchmarks/results/serve-gpu.json",
         note="On a GPU merged batches are where micro-batching pays (one forward for many requests).",
         generator=False)
@@ -178,8 +190,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=None,
                     help="torch intra-op threads on BOTH sides (in-process baseline and server, through "
                          "OMP_NUM_THREADS); default: torch's own (one per core)")
+    ap.add_argument("--backends", default=None,
+                    help="compare encoder backends (e.g. torch,onnx,onnx-int8) instead of the micro-batching run")
+    ap.add_argument("--train-epochs", type=float, default=0.0,
+                    help="with --backends and no --student: train the student this many epochs on the bundled "
+                         "questions' gold paragraphs first (0: untrained head)")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "serve-cpu.json"))
     a = ap.parse_args(argv)
+    if a.backends:
+        return _compare_backends(a, argv)
     import httpx
     import torch
 
@@ -215,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
         port = s.getsockname()[1]
     cmd = [sys.executable, "-m", "ragkit.cli", "serve", "--reranker", f"student:{folder}", "--device", a.device,
            "--port", str(port), "--max-batch-size", str(a.max_batch_size), "--max-wait-ms", str(a.max_wait_ms),
-           "--max-queue", str(a.max_queue), "--log-level", "warning"]
+           "--max-queue", str(a.max_queue), "--cache-size", "0", "--log-level", "warning"]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     url = f"http://127.0.0.1:{port}"
@@ -320,6 +339,114 @@ def main(argv: list[str] | None = None) -> int:
     }
     write_result(a.out, result)
     print(f"failed {failed} -> {a.out}")
+    return 0
+
+
+def _start(folder: Path, a: argparse.Namespace, env: dict[str, str], extra: list[str]) -> tuple[Any, str]:
+    """``ragkit serve --reranker student:folder`` in its own process, once ``/health`` answers: (process, url)."""
+    import httpx
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cmd = [sys.executable, "-m", "ragkit.cli", "serve", "--reranker", f"student:{folder}", "--device", a.device,
+           "--port", str(port), "--max-batch-size", str(a.max_batch_size), "--max-wait-ms", str(a.max_wait_ms),
+           "--max-queue", str(a.max_queue), "--cache-size", "0", "--log-level", "warning", *extra]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 600
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"ragkit serve exited with {proc.returncode}: {' '.join(cmd)}")
+        try:
+            if httpx.get(url + "/health", timeout=2).status_code == 200:
+                return proc, url
+        except httpx.TransportError:
+            pass
+        if time.monotonic() > deadline:
+            proc.terminate()
+            raise RuntimeError("ragkit serve did not start in 600 s")
+        time.sleep(0.5)
+
+
+def _agreement(ref: list[Any], got: list[Any]) -> dict[str, float]:
+    from scipy.stats import spearmanr
+
+    top3 = float(np.mean([a.ids()[:3] == b.ids()[:3] for a, b in zip(ref, got)]))
+    rho = float(np.mean([spearmanr(a.scores(), [dict(zip(b.ids(), b.scores()))[i] for i in a.ids()])[0]
+                         for a, b in zip(ref, got)]))
+    return {"same_top3": top3, "spearman": rho}
+
+
+def _compare_backends(a: argparse.Namespace, argv: list[str] | None) -> int:
+    """The ``--backends`` run (see the module docstring)."""
+    import torch
+
+    env = dict(os.environ)
+    if a.threads is not None:
+        torch.set_num_threads(a.threads)
+        env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(a.threads)
+    backends = [b.strip() for b in a.backends.split(",") if b.strip()]
+    clients = [int(x) for x in a.clients.split(",")]
+    d = max(int(x) for x in a.docs.split(","))
+    recs = sample_records(None)
+    workload = _workloads([d])[d]
+    tmp = Path(tempfile.mkdtemp(prefix="ragkit-serve-bench-"))
+    if a.student:
+        folder, model_name = Path(a.student), f"student {a.student}"
+    elif a.train_epochs > 0:
+        from ragkit.training.distill import train_student
+        from ragkit.training.labels import LabelRecord
+
+        labels = [LabelRecord(qid=r.id, question=r.question, passage_ids=tuple(p.id for p in r.passages),
+                              texts=tuple(p.contents for p in r.passages),
+                              u=tuple(float(p.id in r.gold_ids) for p in r.passages), answers=r.answers,
+                              source="hotpotqa") for r in recs]
+        t0 = time.perf_counter()
+        train_student(labels, tmp / "student", loss="ranknet", epochs=a.train_epochs, batch_size=8, lr=2e-5,
+                      seed=0, max_length=256, device=a.device, report_loss=False, show_progress=False)
+        folder = tmp / "student"
+        model_name = (f"student: all-MiniLM-L6-v2 cross-encoder trained {a.train_epochs:g} epoch(s) on the bundled "
+                      f"questions' gold paragraphs ({time.perf_counter() - t0:.0f} s)")
+    else:
+        folder = DistilledReranker.from_base(None, device=a.device, max_length=256, seed=0).save_pretrained(
+            tmp / "student")
+        model_name = "student: all-MiniLM-L6-v2 cross-encoder (untrained head; max_length 256)"
+    qs, ps = [r.question for r in recs], [list(r.passages[:d]) for r in recs]
+    ref = DistilledReranker.load(folder, device=a.device).rank_many(qs, ps)
+    rows: dict[str, Any] = {}
+    for b in backends:
+        agree = _agreement(ref, DistilledReranker.load(folder, device=a.device, backend=b).rank_many(qs, ps))
+        proc, url = _start(folder, a, env, ["--backend", b])
+        try:
+            asyncio.run(_load(url, workload, 4, 2.0))  # warm-up
+            levels = {str(c): asyncio.run(_load(url, workload, c, a.seconds)) for c in clients}
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+        rows[b] = {"agreement_with_torch": agree, "served": levels}
+        for c, lv in levels.items():
+            print(f"{b:>9} {c:>3} clients: {lv['throughput_rps']:.2f} req/s, p50 {lv['p50_ms']:.0f} ms, "
+                  f"p95 {lv['p95_ms']:.0f} ms, failed {lv['failed']}, load {lv['load1_before']}", flush=True)
+        print(f"{b:>9}: same top-3 as torch on {agree['same_top3']:.0%}, Spearman {agree['spearman']:.4f}", flush=True)
+    if "torch" in rows:
+        for row in rows.values():
+            row["throughput_vs_torch"] = {c: lv["throughput_rps"] / rows["torch"]["served"][c]["throughput_rps"]
+                                          for c, lv in row["served"].items()}
+    print("\n| backend | clients | req/s | p50 ms | p95 ms | x torch | same top-3 |\n|---|---|---|---|---|---|---|")
+    for b, row in rows.items():
+        for c, lv in row["served"].items():
+            print(f"| {b} | {c} | {lv['throughput_rps']:.2f} | {lv['p50_ms']:.0f} | {lv['p95_ms']:.0f} | "
+                  f"{row.get('throughput_vs_torch', {}).get(c, float('nan')):.2f} | "
+                  f"{row['agreement_with_torch']['same_top3']:.0%} |")
+    write_result(a.out, {
+        "command": "python benchmarks/serve.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "model": model_name, "docs_per_request": d, "torch_threads": torch.get_num_threads(),
+        "request": "TEI /rerank, one bundled HotpotQA question + D of its paragraphs; score cache off",
+        "by_backend": rows,
+        "machine": {"cpus": os.cpu_count(), "note": "clients and server on the same machine; load1_* per level"},
+    })
+    print(f"-> {a.out}")
     return 0
 
 

@@ -18,6 +18,12 @@ Each loads from a local file (``path``) or, without a path, from the Hugging Fac
 :func:`detect_format` is the ONE format detector: it tells the three schemas apart from a file's
 *content* (its first record's keys), never from the file name; JSON array, the official
 column-wise MS MARCO JSON and (gzipped) JSONL are all read by content as well.
+:func:`load_records` reads any of them, plus ragkit's own QA JSONL and paraphrase-set JSONL (the
+training files).
+
+Data that does not ship with the package (the full HotpotQA, MS MARCO and NQ-open files) is found
+through ONE setting, the environment variable ``RAGKIT_DATA`` (:func:`data_dir`), so that no code
+or example carries a machine's folder layout.
 """
 
 from __future__ import annotations
@@ -36,6 +42,10 @@ from ragkit.io import parse_json, read_jsonl
 from ragkit.types import Passage, QARecord
 
 __all__ = [
+    "DATA_ENV",
+    "data_dir",
+    "data_path",
+    "load_records",
     "SAMPLE_HOTPOTQA",
     "DATASET_NAMES",
     "detect_format",
@@ -451,3 +461,93 @@ def sample_records(limit: int | None = None) -> list[QARecord]:
 def sample_corpus() -> list[Passage]:
     """The bundled sample's paragraphs pooled into one corpus, de-duplicated by title (id)."""
     return pooled_corpus(sample_records())
+
+
+DATA_ENV = "RAGKIT_DATA"
+"""The environment variable naming the folder of datasets that do not ship with ragkit."""
+
+
+def data_dir() -> Path:
+    """The folder of datasets outside the package: ``$RAGKIT_DATA``.
+
+    Unset, a source checkout falls back to ``../shared/data`` beside the repository (the layout of
+    the machines the committed results were measured on); that fallback is a convenience for the
+    checkout only, and every documented command names ``$RAGKIT_DATA``.
+    """
+    env = os.environ.get(DATA_ENV)
+    if env:
+        return Path(env).expanduser().resolve()
+    return Path(__file__).resolve().parents[2] / "shared" / "data"
+
+
+def data_path(*parts: str) -> Path:
+    """A path inside :func:`data_dir`.
+
+    Raises
+    ------
+    FileNotFoundError
+        When the data folder does not exist: the message says to set ``RAGKIT_DATA`` (or to pass
+        the data file explicitly).
+    """
+    base = data_dir()
+    if not base.is_dir():
+        raise FileNotFoundError(
+            f"data folder {base} not found: set the environment variable {DATA_ENV} to the folder holding "
+            "the datasets (e.g. hotpotqa/dev.jsonl), or pass the data file explicitly")
+    return base.joinpath(*parts)
+
+
+def _qa_record(r: Mapping[str, Any], i: int) -> QARecord:
+    ans = r.get("answers", r.get("answer", ()))
+    return QARecord(id=str(r.get("id", i)), question=r["question"],
+                    answers=tuple([ans] if isinstance(ans, str) else ans),
+                    passages=tuple(Passage.from_dict(x) for x in r.get("passages", ())),
+                    gold_ids=tuple(r.get("gold_ids", ())))
+
+
+def load_records(path: str | os.PathLike[str], limit: int | None = None) -> list[Any]:
+    """Read a file of questions in any format ragkit knows, told from its first record's keys.
+
+    * ``paraphrases`` -> :class:`ragkit.paraphrase.ParaphraseSet` (``ParaphraseSet.to_dict`` lines);
+    * ``context`` + ``supporting_facts`` -> HotpotQA (distractor setting);
+    * ``query_id`` (or ``query`` + ``passages``) -> MS MARCO QnA; ``ctxs`` -> NQ-open (oracle format);
+    * otherwise ragkit's QA JSONL, ``{id?, question, answers|answer, passages?, gold_ids?}`` with
+      passages as :meth:`Passage.to_dict <ragkit.types.Passage.to_dict>` records (ids default to the
+      line number).
+
+    Returns
+    -------
+    list
+        :class:`~ragkit.types.QARecord` objects, or :class:`~ragkit.paraphrase.ParaphraseSet` objects
+        for a paraphrase-set file.
+
+    Raises
+    ------
+    FileNotFoundError
+        No such file.
+    ValueError
+        An empty file, or a record of none of these formats (the message names the line).
+    """
+    if limit is not None and limit < 1:
+        raise ValueError(f"limit must be >= 1 (or None for all records), got {limit}")
+    p = _checked_file(path, "data")
+    first = _first_record(p)
+    if first is None:
+        rows = _read_rows(p)
+        first = rows[0] if rows else None
+    if first is None:
+        raise ValueError(f"{p} has no records")
+    if "paraphrases" in first:
+        from ragkit.paraphrase import ParaphraseSet
+
+        return [ParaphraseSet.from_dict(r) for r in _read_rows(p)[:limit]]
+    fmt = format_of_record(first)
+    if fmt in ("hotpotqa", "msmarco") or (fmt == "nq-open" and "ctxs" in first):
+        return load_dataset(fmt, p, limit=limit)
+    out = []
+    for i, r in enumerate(_read_rows(p)[:limit]):
+        if "question" not in r:
+            raise ValueError(f"{p} line {i + 1} has no 'question'; expected HotpotQA, MS MARCO, NQ-open, "
+                             "ragkit QA or paraphrase-set JSONL")
+        out.append(_qa_record(r, i))
+    return out

@@ -706,6 +706,11 @@ def exclusive_lock(target: str | os.PathLike[str], what: str = "output") -> Iter
     once with :class:`LockedError` naming the PID that holds it. A lock left by a killed process is
     stale by construction (the kernel drops ``flock`` locks of dead processes), so it never blocks
     a later run. On platforms without ``fcntl`` the block runs unlocked.
+
+    Written here rather than with ``filelock`` (installed with transformers), which takes the same
+    kernel lock but cannot say who holds it: the refusal names the PID of the other run, which is
+    what the user needs to decide whether to wait or stop it; and the lock file is removed on
+    release (with the inode re-check above), so no ``.lock`` files are left beside outputs.
     """
     try:
         import fcntl
@@ -753,12 +758,21 @@ def progress_enabled(show: bool | None = None) -> bool:
     return not os.environ.get("RAGKIT_NO_PROGRESS")
 
 
+PROGRESS_DELAY_S = 2.0
+"""A bar appears only once its work has taken this long: sub-second stages print nothing."""
+
+
 def progress(iterable: Iterable[Any], show: bool | None = None, **kw: Any) -> Iterable[Any]:
-    """Wrap ``iterable`` in a ``tqdm`` bar when progress is enabled."""
+    """Wrap ``iterable`` in a ``tqdm`` bar when progress is enabled.
+
+    The bar is drawn only after :data:`PROGRESS_DELAY_S` (tqdm's ``delay``), so work that ends
+    sooner leaves no bar behind; ``kw`` go to ``tqdm`` (``delay=0`` draws at once).
+    """
     if not progress_enabled(show):
         return iterable
     from tqdm.auto import tqdm
 
+    kw.setdefault("delay", PROGRESS_DELAY_S)
     return tqdm(iterable, **kw)
 
 

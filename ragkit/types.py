@@ -81,7 +81,8 @@ def require_extra(modules: Iterable[str], what: str) -> None:
     extras = sorted({EXTRAS[m][0] for m in missing if m in EXTRAS})
     packages = " ".join(EXTRAS[m][1] if m in EXTRAS else m for m in missing)
     how = f'pip install "ragkit[{",".join(extras)}]"' if extras else f"pip install {packages}"
-    raise MissingExtraError(f"{what} needs {', '.join(missing)}, which is not installed: {how} "
+    verb = "is" if len(missing) == 1 else "are"
+    raise MissingExtraError(f"{what} needs {', '.join(missing)}, which {verb} not installed: {how} "
                             f"(or pip install {packages})")
 
 

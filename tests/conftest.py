@@ -1,31 +1,43 @@
-"""Shared fixtures: tiny real models built offline in a second, and paths to the shared data.
+"""Shared fixtures: tiny real models built offline in a second, and paths to the data folder.
 
-Tests that load the embedded default models are marked ``slow``.
+Tests that start processes or load the embedded default models are ``slow``: marked by hand
+(``@pytest.mark.slow``), or found here at collection (:func:`starts_processes`), so that
+``-m "not slow"`` is the quick loop without anyone keeping a list.
 """
 
 from __future__ import annotations
 
+import ast
+import functools
 import importlib.util
+import inspect
 import json
-import os
 import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
+from ragkit.datasets import data_dir
+
 ROOT = Path(__file__).resolve().parents[1]
-SHARED_DATA = Path(os.environ.get("RAGKIT_SHARED_DATA", ROOT.parent / "shared" / "data"))
+SHARED_DATA = data_dir()  # $RAGKIT_DATA (ragkit.datasets.data_dir)
 
 
 def load_benchmark(name: str) -> ModuleType:
-    """``benchmarks/<name>.py`` as a module (loaded once), its folder on ``sys.path`` for its sibling imports."""
+    """The script ``name`` as a module (loaded once): ``benchmarks/<name>.py`` or ``experiments/<study>/<name>.py``.
+
+    Its folder goes on ``sys.path`` (as when it runs as a script), for its folder's shared module
+    (``benchmarks/_shapes.py``, ``experiments/moi_lab/_lab.py``).
+    """
     mod_name = f"ragkit_bench_{name}"
     if mod_name in sys.modules:
         return sys.modules[mod_name]
-    if str(ROOT / "benchmarks") not in sys.path:
-        sys.path.insert(0, str(ROOT / "benchmarks"))
-    spec = importlib.util.spec_from_file_location(mod_name, ROOT / "benchmarks" / f"{name}.py")
+    found = [ROOT / "benchmarks" / f"{name}.py", *sorted((ROOT / "experiments").glob(f"*/{name}.py"))]
+    path = next(p for p in found if p.is_file())
+    if str(path.parent) not in sys.path:
+        sys.path.insert(0, str(path.parent))
+    spec = importlib.util.spec_from_file_location(mod_name, path)
     assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
     sys.modules[mod_name] = mod
@@ -105,7 +117,7 @@ def tiny_encoder_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
-    """``../shared/data`` (skips the test when it is absent)."""
+    """The data folder, ``$RAGKIT_DATA`` (skips the test when it is absent)."""
     if not SHARED_DATA.exists():
         pytest.skip(f"shared data not found at {SHARED_DATA}")
     return SHARED_DATA
@@ -116,3 +128,76 @@ def hotpot_dev_records(shared_data: Path) -> list[dict]:
     """The first 20 raw HotpotQA dev records."""
     with open(shared_data / "hotpotqa" / "dev.jsonl", encoding="utf-8") as f:
         return [json.loads(line) for _, line in zip(range(20), f)]
+
+
+# ----------------------------------------------------------------------------- the slow mark
+#: Calls that start a process: the test then pays an interpreter start and ragkit's imports (seconds).
+_PROCESS_CALLS = {"subprocess.run", "subprocess.Popen", "subprocess.check_call", "subprocess.check_output",
+                  "subprocess.call", "Popen", "multiprocessing.Process", "os.fork", "os.system"}
+
+
+#: Constructors and loaders that, given no model (no argument, or ``None``), load an embedded default model.
+_DEFAULT_MODEL_CALLS = {"Generator", "DenseRetriever", "load_generator", "load_embedder", "RAGPipeline.default",
+                        "ragkit.RAGPipeline.default", "MoIReranker"}
+
+
+def _loads_default_model(node: ast.Call) -> bool:
+    name = _call_name(node)
+    if name not in _DEFAULT_MODEL_CALLS and name.rpartition(".")[2] not in {"load_generator", "load_embedder"}:
+        return False
+    if name.endswith("default"):
+        return True
+    first = node.args[0] if node.args else next((k.value for k in node.keywords if k.arg in ("model", "name")), None)
+    if name == "MoIReranker":  # MoIReranker(Generator()): the generator argument decides
+        return isinstance(first, ast.Call) and _loads_default_model(first)
+    return first is None or (isinstance(first, ast.Constant) and first.value is None)
+
+
+def _call_name(node: ast.Call) -> str:
+    f = node.func
+    parts = []
+    while isinstance(f, ast.Attribute):
+        parts.append(f.attr)
+        f = f.value
+    if isinstance(f, ast.Name):
+        parts.append(f.id)
+    return ".".join(reversed(parts))
+
+
+@functools.cache
+def _module_process_functions(path: str) -> frozenset[str]:
+    """Names of the module's functions that start a process or load an embedded default model, directly
+    or through another of them."""
+    tree = ast.parse(Path(path).read_text(encoding="utf-8"))
+    funcs = {n.name: n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    calls = {name: {_call_name(c) for c in ast.walk(fn) if isinstance(c, ast.Call)} for name, fn in funcs.items()}
+    slow = {name for name, cs in calls.items() if cs & _PROCESS_CALLS
+            or any(isinstance(x, ast.Attribute) and x.attr == "executable"
+                   and isinstance(x.value, ast.Name) and x.value.id == "sys" for x in ast.walk(funcs[name]))
+            or any(isinstance(x, ast.Call) and _loads_default_model(x) for x in ast.walk(funcs[name]))}
+    grew = True
+    while grew:
+        grew = False
+        for name, cs in calls.items():
+            if name not in slow and cs & slow:
+                slow.add(name)
+                grew = True
+    return frozenset(slow)
+
+
+def starts_processes(func: object) -> bool:
+    """Whether a test function starts a process (``subprocess``, ``sys.executable``, a fork) or loads an
+    embedded default model (``Generator()``, ``DenseRetriever()``, ``load_embedder(None)``, ...), itself
+    or through a function of its module that does (followed transitively)."""
+    try:
+        path = inspect.getsourcefile(func)  # type: ignore[arg-type]
+    except TypeError:
+        return False
+    return bool(path) and getattr(func, "__name__", "") in _module_process_functions(path)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        fn = getattr(item, "function", None)
+        if fn is not None and item.get_closest_marker("slow") is None and starts_processes(fn):
+            item.add_marker(pytest.mark.slow)

@@ -54,9 +54,11 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(1, str(HERE.parent))
+sys.path.insert(2, str(HERE.parents[1]))  # the repository root: ragkit, when it is not installed
 
 import _measure  # noqa: E402
-from _harness import write_result  # noqa: E402
+
+from ragkit.eval.harness import write_result  # noqa: E402
 
 STEPS = ("moi", "generate", "cord", "dense", "serve", "moi_qwen")
 

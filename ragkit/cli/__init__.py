@@ -124,12 +124,14 @@ def _check_extras(args: argparse.Namespace) -> None:
 def _check_models(args: argparse.Namespace) -> None:
     """An explicit ``--model`` / ``--embedder`` that cannot load fails here, in about a second (not after
     an index build and a minute of hub retries): :func:`ragkit.models.check_model_available`."""
-    from ragkit.models import check_model_available
+    from ragkit.models import check_model_available, looks_like_hub_id
 
     for attr, kind in (("model", "generator"), ("embedder", "embedder")):
         name = getattr(args, attr, None)
         if isinstance(name, str) and name:
             _check_url(f"--{attr}", name)
+        # hub ids only: a local path is checked where it loads, after the command's own argument checks
+        if isinstance(name, str) and name and looks_like_hub_id(name) and not os.path.exists(name):
             check_model_available(name, kind=kind)
 
 

@@ -9,7 +9,11 @@ from typing import Any
 from ragkit.cli._common import add_k_arg, add_model_args, add_output_args, emit
 from ragkit.cli.rerank import add_moi_args, moi_kwargs_from_args, profile_from_args
 
-__all__ = ["register"]
+__all__ = ["register", "ASK_PASSAGE_TOKENS"]
+
+ASK_PASSAGE_TOKENS = 64
+"""Per-passage token cut of ``ragkit ask`` (``--passage-max-tokens 0``: none). MoI scores k + 1 prompts of
+k passages; uncut HotpotQA paragraphs make each prompt several times longer for little more evidence."""
 
 logger = logging.getLogger(__name__)
 
@@ -52,11 +56,12 @@ def _ask(args: argparse.Namespace) -> int:
         moi_kwargs = {**moi_kwargs_from_args(args), "profile": profile_from_args(args),
                       "calibrate_profile": args.calibrate_profile}
     rag = RAGPipeline.default(index=args.index, model=args.model, use_moi=not args.no_moi, k=args.k,
-                              device=args.device, passage_max_tokens=args.passage_max_tokens, **moi_kwargs)
+                              device=args.device, passage_max_tokens=args.passage_max_tokens or None, **moi_kwargs)
     _check_k_fits(args.k, rag.generator)
     res = rag.ask(args.question)
     result: dict[str, Any] = {"index": args.index or "bundled HotpotQA sample (BM25)",
-                              "moi": rag.moi is not None, **res.to_dict()}
+                              "moi": rag.moi is not None, **res.to_dict(),
+                              "profiles": rag.method.profiles_used()}
     lines = [f"Answer: {result['answer']}"]
     lines += [f"{r['rank']:>3}  {r['id']}  (retriever rank {r['retriever_rank']})" for r in result["passages"]]
     emit(result, args, "\n".join(lines))
@@ -68,9 +73,9 @@ def register(subparsers: Any) -> None:
     a = subparsers.add_parser("ask", help="retrieve, rerank with MoI and answer a question")
     a.add_argument("question")
     a.add_argument("--index", default=None, help="a saved ragkit index (default: BM25 over the bundled sample)")
-    add_k_arg(a, default=10, help="passages to retrieve")
+    add_k_arg(a, default=5, help="passages to retrieve (as RAGPipeline.default)")
     add_moi_args(a)
     a.add_argument("--no-moi", action="store_true", help="answer from the retriever order")
-    add_model_args(a, template=False, batch_size=None)
+    add_model_args(a, template=False, batch_size=None, passage_max_tokens=ASK_PASSAGE_TOKENS)
     add_output_args(a, out_help="also write the JSON result to this file")
     a.set_defaults(func=_ask)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
 import time
@@ -164,7 +163,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--limit", type=positive_int, default=100,
                    help="questions to sweep (distractors come from the whole file; default 100)")
     add_k_arg(s, default=(10, 20), help="context sizes, e.g. 10,20", type=_ints)
-    s.add_argument("--slots", type=_ints, default=None, help="0-based gold slots (default 0,k/4,k/2,3k/4,k-1)")
+    s.add_argument("--slots", type=_ints, default=None,
+                   help="gold positions, 1 = first passage, as the printed table counts them "
+                        "(default 1, k/4, k/2, 3k/4, k; the JSON's 'slot' fields are 0-based)")
     s.add_argument("--no-generate", action="store_true", help="log-prob outcome only (no EM)")
     add_output_args(s, default="ragkit-sweep.json", out_help="JSON result (default ragkit-sweep.json)")
     s.add_argument("--plot", default=None, help="PNG curve path")
@@ -199,7 +200,7 @@ def _generator(args: argparse.Namespace) -> Any:
 
 
 def _run_eval(args: argparse.Namespace) -> int:
-    from ragkit.eval.report import eval_table, markdown_table, paired_text
+    from ragkit.eval.report import text_summary
     from ragkit.eval.runner import DEFAULT_REPORT, EvalConfig, run_eval
 
     sample = args.dataset is None and args.data_file is None
@@ -229,9 +230,8 @@ def _run_eval(args: argparse.Namespace) -> int:
               file=sys.stderr)
     t0 = time.perf_counter()
     report = run_eval(cfg, out=out, report_md=args.report, plot_dir=args.plot, resume=args.resume)
-    header, rows = eval_table(report)
     md = args.report or str(Path(out).with_suffix(".md"))
-    emit(report, args, markdown_table(header, rows) + paired_text(report)
+    emit(report, args, text_summary(report)
          + f"\n{report['n_questions']} questions in {time.perf_counter() - t0:.1f} s; wrote {out} and {md}",
          write=False)  # run_eval wrote --out
     return 0
@@ -239,15 +239,23 @@ def _run_eval(args: argparse.Namespace) -> int:
 
 def _run_sweep(args: argparse.Namespace) -> int:
     from ragkit.datasets import load_dataset
-    from ragkit.eval.report import markdown_table
+    from ragkit.eval.report import text_table
     from ragkit.eval.sweep import position_sweep
 
+    slots = None
+    if args.slots:
+        for kk in args.k:
+            bad = [s for s in args.slots if not 1 <= s <= kk]
+            if bad:
+                raise ValueError(f"--slots {','.join(map(str, bad))}: positions are 1..{kk} for k={kk} "
+                                 "(1 = the first passage)")
+        slots = [s - 1 for s in args.slots]
     pool = load_dataset("nq-open", args.data_file)  # another format is refused, naming it
     recs = pool[: args.limit]
     gen = _generator(args)
     t0 = time.perf_counter()
     partial = Path(args.out).with_name(Path(args.out).name + ".partial.jsonl")
-    res = position_sweep(gen, recs, k=args.k, slots=args.slots, pool=pool, seed=args.seed,
+    res = position_sweep(gen, recs, k=args.k, slots=slots, pool=pool, seed=args.seed,
                          max_new_tokens=args.max_new_tokens, generate=not args.no_generate,
                          partial=partial, resume=args.resume)
     d = res.to_dict()
@@ -258,17 +266,35 @@ def _run_sweep(args: argparse.Namespace) -> int:
         d["plot"] = res.plot(args.plot)
     rows = [[r["setting"], r["k"] if r["k"] is not None else "-", r["slot"] + 1 if r["slot"] is not None else "-",
              f"{r['subspan_em']:.3f}", f"{r['logprob']:.3f}", r["n"]] for r in res.rows]
-    text = (markdown_table(["setting", "k", "gold position", "best-subspan EM", "gold mean log-prob", "n"], rows)
-            + json.dumps(res.summary, indent=1) + f"\nwrote {args.out}" + (f" and {args.plot}" if args.plot else ""))
+    text = (text_table(["setting", "k", "gold position", "best-subspan EM", "gold mean log-prob", "n"], rows)
+            + _sweep_summary_text(res.summary) + f"\nwrote {args.out}" + (f" and {args.plot}" if args.plot else ""))
     emit(d, args, text)
     partial.unlink(missing_ok=True)  # the result holds every row now
     return 0
 
 
+def _sweep_summary_text(summary: dict[str, Any]) -> str:
+    """Per k: best and worst gold position (1-based, as in the table) and the gap, one line per measure."""
+    names = {"subspan_em": "best-subspan EM", "logprob": "gold mean log-prob"}
+    lines = []
+    for kk, entry in summary.items():
+        for key, label in names.items():
+            e = entry.get(key)
+            if not e:
+                continue
+            lines.append(f"k={kk} {label}: best at position {e['best_slot'] + 1} ({e['best']:.3f}), worst at "
+                         f"position {e['worst_slot'] + 1} ({e['worst']:.3f}), gap {e['gap']:.3f}")
+        if "psr" in entry:
+            psr = entry["psr"]
+            lines.append(f"k={kk} permutation sensitivity rate: {psr:.3f}" if isinstance(psr, float)
+                         else f"k={kk} permutation sensitivity: {psr}")
+    return ("\n" + "\n".join(lines) + "\n") if lines else ""
+
+
 def _run_consistency(args: argparse.Namespace) -> int:
     from ragkit.datasets import load_dataset, pooled_corpus, sample_records
     from ragkit.eval.consistency import evaluate_consistency, paraphrase_sets
-    from ragkit.eval.runner import EvalConfig, _build_retriever
+    from ragkit.eval.runner import EvalConfig, build_retriever
 
     if args.dataset is None and args.data_file is None:
         recs = sample_records(args.limit)
@@ -279,7 +305,7 @@ def _run_consistency(args: argparse.Namespace) -> int:
     retr = None
     if args.retriever != "given":
         cfg = EvalConfig(retriever=args.retriever, embedder=args.embedder, device=args.device)
-        retr = _build_retriever(cfg, pooled_corpus(recs))
+        retr = build_retriever(cfg, pooled_corpus(recs))
     paras = paraphrase_sets(recs, n=args.n_paraphrases, source=args.paraphraser, generator=gen, seed=args.seed)
     t0 = time.perf_counter()
     rep = evaluate_consistency(gen, recs, paras, retriever=retr, k=args.k, similarity=args.similarity,

@@ -64,23 +64,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     s.set_defaults(func=cmd_search)
 
 
-def _build_retriever(args: argparse.Namespace) -> Any:
-    from ragkit.retrievers import BM25Retriever, DenseRetriever, HybridRetriever
+def _retriever_of(args: argparse.Namespace) -> Any:
+    from ragkit.retrievers import make_retriever
 
-    def bm25() -> BM25Retriever:
-        return BM25Retriever(method=args.method or "lucene",
-                             stemmer=None if args.no_stemming else "english",
-                             stopwords=None if args.no_stopwords else "en")
-
-    def dense() -> DenseRetriever:
-        return DenseRetriever(args.embedder, index_type=args.index_type, device=args.device,
-                              batch_size=args.batch_size)
-
-    if args.kind == "bm25":
-        return bm25()
-    if args.kind == "dense":
-        return dense()
-    return HybridRetriever([bm25(), dense()], method=args.fusion)
+    return make_retriever(args.kind, embedder=args.embedder, device=args.device, index_type=args.index_type,
+                          batch_size=args.batch_size, bm25_method=args.method or "lucene",
+                          stemmer=None if args.no_stemming else "english",
+                          stopwords=None if args.no_stopwords else "en", fusion=args.fusion)
 
 
 def cmd_index(args: argparse.Namespace) -> int:
@@ -99,7 +89,7 @@ def cmd_index(args: argparse.Namespace) -> int:
 
         passages = sample_corpus()
         source = "bundled HotpotQA sample"
-    retriever = _build_retriever(args)
+    retriever = _retriever_of(args)
     t0 = time.perf_counter()
     retriever.index(passages)
     t_index = time.perf_counter() - t0

@@ -123,7 +123,10 @@ def _rerank(args: argparse.Namespace) -> int:
                 raise ValueError(f"{args.passages}: line {i}: \"score\" must be a number, got {v!r}")
             scores.append(float(v))
     result: dict[str, Any] = {"query": args.query, "reranker": args.reranker or "moi"}
-    if kind.startswith("moi"):
+    if kind in ("upr", "icr", "moi_attn"):  # one-pass readers of the generator: no MoI settings
+        ranked = get_reranker(spec, generator_from_args(args)).rank(args.query, passages, scores)
+        result["reranker"] = kind
+    elif kind.startswith("moi"):
         from ragkit.debias.presets import moi_settings
 
         moi_kw = moi_kwargs_from_args(args, moi_settings(kind))
@@ -132,7 +135,8 @@ def _rerank(args: argparse.Namespace) -> int:
         ranked = rr.rank(args.query, passages, scores)
         d = ranked.info.details
         result.update({"reranker": kind, "design": d.get("design"), "outcome": d.get("outcome"),
-                       "orderings": d.get("orderings"), "consensus_answer": d.get("target")})
+                       "orderings": d.get("orderings"), "consensus_answer": d.get("target"),
+                       "profiles": getattr(rr, "profiles_used", list)()})
     else:
         kw = {"device": args.device} if kind in ("student", "cross-encoder") else {}
         ranked = get_reranker(spec, **kw).rank(args.query, passages, scores)
@@ -160,9 +164,12 @@ def _bias_profile(args: argparse.Namespace) -> int:
     cached = prof.save_cached()  # MoI picks it up for this (model, template, k) from now on
     if args.plot:
         prof.plot(args.plot)
-    text = " ".join(f"{w:.3f}" for w in prof.weights) + f"\nsaved {args.out}" + (
-        f" and {args.plot}" if args.plot else "") + f"; cached as {cached}"
-    emit(prof.to_dict(), args, text)
+    text = (" ".join(f"{w:.3f}" for w in prof.weights) + f"\nsaved {args.out}"
+            + (f" and {args.plot}" if args.plot else "")
+            + f"\ncached as {cached}: from now on it is the default profile of MoI and bias-aware placement for "
+              f"{prof.model} (template {prof.template}, k={prof.k}) in every command (reports record its path and "
+              "sha256); delete that file to go back to the built-in default, or pass --profile FILE to choose")
+    emit({**prof.to_dict(provenance=False), "cached_as": str(cached)}, args, text)
     return 0
 
 

@@ -14,13 +14,16 @@ __all__ = ["register", "build_reranker"]
 logger = logging.getLogger(__name__)
 
 
-def build_reranker(spec: str, model: str | None = None, device: str = "auto") -> Any:
+def build_reranker(spec: str, model: str | None = None, device: str = "auto",
+                   backend_deadline: float | None = None, backend: str = "torch") -> Any:
     """A reranker from a spec through :func:`ragkit.debias.get_reranker`.
 
     ``moi`` (and the other MoI presets) run on the generator ``model``: a local model, or an
     OpenAI-compatible server URL such as ``http://HOST:PORT/v1`` (through
-    :func:`ragkit.generation.load_generator`); ``student:DIR`` and ``cross-encoder:NAME`` load
-    an encoder on ``device``.
+    :func:`ragkit.generation.load_generator`; ``backend_deadline`` bounds each of its HTTP calls,
+    retries and waits included: the server passes its request deadline, past which the answer
+    would be thrown away); ``student:DIR`` and ``cross-encoder:NAME`` load an encoder on ``device``
+    and ``backend`` (``torch``, ``onnx``, ``onnx-int8``); ``llm:MODEL`` a causal LM on ``device``.
     """
     from ragkit.debias import get_reranker
     from ragkit.debias.presets import parse_reranker
@@ -29,11 +32,28 @@ def build_reranker(spec: str, model: str | None = None, device: str = "auto") ->
     kind = spec.partition(":")[0]
     if kind.startswith("moi"):
         from ragkit.generation import load_generator
+        from ragkit.generation.remote import is_server_url
 
-        return get_reranker(spec, generator=load_generator(model, device=device))
-    if kind in ("student", "cross-encoder"):
+        extra = {"deadline": backend_deadline} if backend_deadline is not None and is_server_url(model) else {}
+        return get_reranker(spec, generator=load_generator(model, device=device, **extra))
+    if kind in ("student", "cross-encoder"):  # a bi-encoder student takes no backend: pass it only when asked
+        return get_reranker(spec, device=device, **({"backend": backend} if backend != "torch" else {}))
+    if backend != "torch":
+        raise ValueError(f"--backend {backend} applies to student: and cross-encoder: rerankers, not {spec!r}")
+    if kind == "llm":
         return get_reranker(spec, device=device)
     return get_reranker(spec)
+
+
+def _long_docs(args: argparse.Namespace) -> Any:
+    """The :class:`~ragkit.debias.long_docs.LongDocs` of the command line (``None`` when no flag is given)."""
+    from ragkit.debias.long_docs import LongDocs
+
+    flags = (args.max_tokens_per_doc, args.chunking, args.chunk_tokens, args.chunk_stride)
+    if all(v is None for v in flags) and args.truncation_side == "right":
+        return None
+    return LongDocs(max_tokens_per_doc=args.max_tokens_per_doc, truncation_side=args.truncation_side,
+                    chunking=args.chunking, chunk_tokens=args.chunk_tokens, chunk_stride=args.chunk_stride)
 
 
 def _api_key(args: argparse.Namespace) -> str | None:
@@ -61,14 +81,21 @@ def _serve(args: argparse.Namespace) -> int:
                              max_chars=args.max_chars, max_request_chars=args.max_request_chars,
                              request_timeout_s=args.request_timeout, max_batch_tokens=args.max_batch_tokens,
                              forward_cost_tokens=args.forward_cost_tokens, api_key=api_key,
+                             long_docs=_long_docs(args), cache_size=args.cache_size,
+                             effect_threshold=args.effect_threshold,
                              model_name=args.reranker if args.reranker != "moi" else f"moi:{args.model or 'default'}")
     if args.host not in ("127.0.0.1", "localhost", "::1") and api_key is None:
         logger.warning("serving on %s without an API key; anyone who reaches the port can use it "
                        "(set --api-key or RAGKIT_API_KEY)", args.host)
-    reranker = build_reranker(args.reranker, args.model, args.device)
+    reranker = build_reranker(args.reranker, args.model, args.device, backend_deadline=settings.request_timeout_s,
+                              backend=args.backend)
+    if args.calibration is not None:
+        from ragkit.debias.calibration import PlattCalibration
+
+        reranker.calibration = PlattCalibration.load(args.calibration)
     app = create_app(reranker, settings)
     print(f"ragkit serve: {settings.model_name} on http://{args.host}:{args.port} "
-          "(POST /v1/rerank, /v2/rerank, /rerank; GET /health, /metrics)", flush=True)
+          "(POST /v1/rerank, /v2/rerank, /rerank, /v1/attribute; GET /health, /metrics)", flush=True)
     run(app, host=args.host, port=args.port, log_level=args.log_level)
     return 0
 
@@ -106,7 +133,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--reranker", default="moi",
                    help="moi (MoI over --model: leave-one-out with the question's likelihood, k + 1 sequences "
                         "per request), another MoI preset (moi_cyclic, moi_prior, ...), student:DIR (a distilled "
-                        "student) or cross-encoder:NAME (default: moi)")
+                        "student), cross-encoder:NAME or llm:MODEL (yes/no relevance of a causal LM; default: moi)")
     p.add_argument("--model", default=None,
                    help="generator for moi: local model / hub id / .gguf, or an OpenAI-compatible server URL "
                         "http://HOST:PORT/v1 (default: embedded SmolLM2-135M-Instruct)")
@@ -121,7 +148,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--max-documents", type=positive_int, default=1000,
                    help="most documents per request (1000; more: 413)")
     p.add_argument("--max-chars", type=positive_int, default=20_000,
-                   help="most characters in the query and in each document (20000; more: 413, never truncated)")
+                   help="most characters in the query (20000; more: 413); sizes the body limit. Longer documents "
+                        "are read by the long-document flags and counted in meta.truncated/chunked")
     p.add_argument("--max-request-chars", type=positive_int, default=1_000_000,
                    help="per-request work budget: most characters of (query, document) pairs, the query counted "
                         "once per document (1000000; more: 413)")
@@ -133,6 +161,26 @@ def register(subparsers: Any) -> None:
     p.add_argument("--forward-cost-tokens", type=non_negative_int, default=128,
                    help="cross-encoder rerankers: a forward's fixed cost in padded tokens, traded against padding "
                         "when merged pairs are cut into length buckets (128; 0: bucket as finely as padding asks)")
+    p.add_argument("--backend", default="torch", choices=("torch", "onnx", "onnx-int8"),
+                   help="student:/cross-encoder: encoder backend: torch, onnx (ONNX Runtime) or onnx-int8 (int8 "
+                        "dynamic quantisation; exported once and cached; needs `pip install 'ragkit[onnx]'`)")
+    p.add_argument("--max-tokens-per-doc", type=positive_int, default=None,
+                   help="pointwise rerankers: most document tokens read (default: the encoder's budget)")
+    p.add_argument("--truncation-side", default="right", choices=("right", "left"),
+                   help="which end of a long document is dropped: right keeps the beginning (default), left the end")
+    p.add_argument("--chunking", default=None, choices=("max", "first"),
+                   help="score long documents as chunks: max (best chunk) or first (first chunk); default: truncate")
+    p.add_argument("--chunk-tokens", type=positive_int, default=None,
+                   help="document tokens per chunk (default: the encoder's budget given the query)")
+    p.add_argument("--chunk-stride", type=positive_int, default=None,
+                   help="tokens between chunk starts (default: 3/4 of the chunk size)")
+    p.add_argument("--cache-size", type=non_negative_int, default=10_000,
+                   help="pointwise rerankers: most (query, document) scores in the LRU cache (10000; 0: off)")
+    p.add_argument("--effect-threshold", type=non_negative_float, default=0.05,
+                   help="MoI: a document helps above +T utility, hurts below -T, else is neutral (0.05)")
+    p.add_argument("--calibration", default=None,
+                   help="a ragkit_calibration.json (Platt scaling) for relevance_score (default: the one in the "
+                        "student folder, if any; else sigmoid of the raw score)")
     p.add_argument("--api-key", default=None,
                    help="require `Authorization: Bearer KEY` (default: $RAGKIT_API_KEY; unset: no auth; an empty "
                         "key is refused)")

@@ -5,6 +5,7 @@ One contract (:class:`ragkit.reranking.Reranker`) and three steps, composed by
 
 - **reranker** (one backend per file): :class:`MoIReranker` (``reranker.py``),
   :class:`DistilledReranker` (``student.py``), :class:`CrossEncoderReranker` (``cross_encoder.py``),
+  :class:`LLMReranker` (``llm_reranker.py``),
   :class:`IdentityReranker` and :class:`RandomReranker` (``baselines.py``); built from a string
   by :func:`get_reranker`;
 - **placement** (``placement.py``): ``none``, ``reverse``, ``both_ends``, ``bias_aware``;
@@ -12,6 +13,10 @@ One contract (:class:`ragkit.reranking.Reranker`) and three steps, composed by
 
 Named evaluation methods are presets of the three (``presets.py``: :func:`get_method`,
 :func:`available_methods`).
+
+MoI's building blocks stay in their modules: design objects in :mod:`ragkit.debias.interventions`
+(orderings in :mod:`ragkit.debias.designs`), outcome objects in :mod:`ragkit.debias.outcomes`,
+estimators in :mod:`ragkit.debias.estimators`.
 
 MoI: Lee et al., "Inference Scaling for Bridging Retrieval and Augmented Generation" (NAACL
 Findings 2025, arXiv 2412.10684).
@@ -25,10 +30,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ragkit.debias.designs import cyclic, is_latin_square, make_design, prior, random_design
-from ragkit.debias.estimators import design_matrix, ridge_utilities
 from ragkit.debias.moi import MoI, MoIResult
-from ragkit.debias.outcomes import OutcomeResult
 from ragkit.debias.profile import PositionProfile
 
 __all__ = [
@@ -37,10 +39,11 @@ __all__ = [
     "MoIReranker",
     "DistilledReranker",
     "CrossEncoderReranker",
+    "LLMReranker",
+    "LongDocs",
     "IdentityReranker",
     "RandomReranker",
     "PositionProfile",
-    "OutcomeResult",
     "place",
     "PLACEMENTS",
     "Answerer",
@@ -56,19 +59,14 @@ __all__ = [
     "get_method",
     "get_reranker",
     "resolve_method",
-    "cyclic",
-    "prior",
-    "random_design",
-    "make_design",
-    "is_latin_square",
-    "design_matrix",
-    "ridge_utilities",
 ]
 
 _LAZY = {  # these import sentence-transformers / the generator stack only when used
     "MoIReranker": "ragkit.debias.reranker",
     "DistilledReranker": "ragkit.debias.student",
     "CrossEncoderReranker": "ragkit.debias.cross_encoder",
+    "LLMReranker": "ragkit.debias.llm_reranker",
+    "LongDocs": "ragkit.debias.long_docs",
     "IdentityReranker": "ragkit.debias.baselines",
     "RandomReranker": "ragkit.debias.baselines",
     "place": "ragkit.debias.placement",

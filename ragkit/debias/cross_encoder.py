@@ -15,8 +15,9 @@ of all queries of one ``rank_many`` call can be regrouped freely without changin
 3. measures each resulting pair's token length with the model's own tokenizer and cuts the pairs
    into length buckets, one encoder forward each (:func:`ragkit.batching.length_buckets`), so that
    a short pair is not padded to the longest pair of the call;
-4. rebuilds every query's ranking from its pairs' scores (``RankedList.from_scores``), and records
-   per query how many documents were truncated or chunked (:attr:`CrossEncoderReranker.last_long_docs`).
+4. rebuilds every query's ranking from its pairs' scores (``RankedList.from_scores``); its
+   ``info.details["long_docs"]`` says how many documents were truncated or chunked, and which
+   (:meth:`ragkit.debias.long_docs.CutPairs.details`).
 
 ``ragkit serve`` micro-batches concurrent requests into one such call, and evaluation gets the
 same saving offline.
@@ -24,17 +25,20 @@ same saving offline.
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ragkit.batching import length_buckets
+from ragkit.debias.calibration import PlattCalibration
 from ragkit.debias.long_docs import CutPairs, LongDocs, LongDocStats, cut_pairs
 from ragkit.io import progress, progress_enabled
 from ragkit.reranking import Reranker
-from ragkit.types import Passage, Query, RankedList
+from ragkit.types import Passage, Query, RankedList, RankInfo
 
 if TYPE_CHECKING:  # pragma: no cover
     from sentence_transformers import CrossEncoder
@@ -84,6 +88,9 @@ class CrossEncoderReranker(Reranker):
         padding overhead).
     docs_truncated, docs_chunked
         Running totals of documents that were truncated / scored as several chunks.
+    calibration
+        A :class:`~ragkit.debias.calibration.PlattCalibration` of the raw scores (read from the
+        model folder's ``ragkit_calibration.json``), or ``None``.
     last_long_docs
         One :class:`~ragkit.debias.long_docs.LongDocStats` per query of the last :meth:`rank_many`
         call (documents, truncated, chunked, encoder sequences). A diagnostic of the last call,
@@ -96,6 +103,8 @@ class CrossEncoderReranker(Reranker):
     """
 
     name = "cross-encoder"
+    pointwise = True
+    """Each (query, passage) score depends on that pair alone (``ragkit serve`` may cache it)."""
 
     def __init__(self, model: CrossEncoder | str, batch_size: int = 64, show_progress: bool | None = None,
                  max_batch_tokens: int | None = None, forward_cost_tokens: int = 128,
@@ -115,15 +124,10 @@ class CrossEncoderReranker(Reranker):
         self.show_progress = show_progress
         self.max_batch_tokens = max_batch_tokens
         self.forward_cost_tokens = forward_cost_tokens
-        self.forward_passes = 0
-        self.pairs_requested = 0
-        self.pairs_scored = 0
-        self.padded_tokens = 0
-        self.real_tokens = 0
         self.long_docs = long_docs
-        self.docs_truncated = 0
-        self.docs_chunked = 0
+        self.calibration: PlattCalibration | None = None  # raw score -> P(relevant); ragkit serve reports it
         self.last_long_docs: list[LongDocStats] = []
+        self._reset_counters()
 
     @property
     def long_docs(self) -> LongDocs:
@@ -162,10 +166,49 @@ class CrossEncoderReranker(Reranker):
     def from_pretrained(
         cls, name_or_path: str, *, device: str = "auto", batch_size: int = 64, max_length: int | None = None,
         max_batch_tokens: int | None = None, forward_cost_tokens: int = 128, long_docs: LongDocs | None = None,
+        backend: str = "torch",
     ) -> CrossEncoderReranker:
-        """Load a one-output cross-encoder from a folder or a hub id (scores are raw logits)."""
-        return cls(_load_cross_encoder(name_or_path, device=device, max_length=max_length), batch_size=batch_size,
-                   max_batch_tokens=max_batch_tokens, forward_cost_tokens=forward_cost_tokens, long_docs=long_docs)
+        """Load a one-output cross-encoder from a folder or a hub id (scores are raw logits).
+
+        ``backend``: ``"torch"``, ``"onnx"`` or ``"onnx-int8"`` (ONNX Runtime, exported once and
+        cached; :mod:`ragkit.debias.onnx_encoder`).
+        """
+        rr = cls(_load_cross_encoder(name_or_path, device=device, max_length=max_length), batch_size=batch_size,
+                 max_batch_tokens=max_batch_tokens, forward_cost_tokens=forward_cost_tokens, long_docs=long_docs)
+        rr.calibration = PlattCalibration.find(name_or_path if Path(name_or_path).is_dir() else None)
+        return rr.with_backend(backend, source=name_or_path) if backend != "torch" else rr
+
+    @property
+    def backend(self) -> str:
+        """The encoder's backend: ``"torch"``, ``"onnx"`` or ``"onnx-int8"``."""
+        return str(getattr(self.model, "backend", "torch"))
+
+    def with_backend(self, backend: str, source: str | None = None, threads: int | None = None) -> CrossEncoderReranker:
+        """This reranker on another encoder backend: a copy with the same weights, settings and
+        metadata, its counters at zero.
+
+        ``"onnx"`` and ``"onnx-int8"`` run the exported graph with ONNX Runtime
+        (:func:`ragkit.debias.onnx_encoder.to_backend`; ``source``: the model's folder, whose own
+        ``onnx/`` files are used when present; ``threads``: ONNX Runtime's intra-op threads).
+        ``"torch"`` returns the reranker itself when it already runs on torch.
+        """
+        from ragkit.debias.onnx_encoder import check_backend, to_backend
+
+        check_backend(backend)
+        if backend == self.backend:
+            return self
+        if self.backend != "torch":
+            raise ValueError(f"this reranker runs on {self.backend}; load the model again with backend={backend!r}")
+        clone = copy.copy(self)
+        clone.model = to_backend(self.model, backend, source=source if source and Path(source).is_dir() else None,
+                                 threads=threads)
+        clone._reset_counters()
+        return clone
+
+    def _reset_counters(self) -> None:
+        self.forward_passes = self.pairs_requested = self.pairs_scored = 0
+        self.padded_tokens = self.real_tokens = self.docs_truncated = self.docs_chunked = 0
+        self.last_long_docs = []
 
     def score_pairs(self, queries: Sequence[str], passages: Sequence[Sequence[Passage]]) -> list[np.ndarray]:
         """Raw scores, one array per query, from ONE batched ``predict`` over all pairs (no deduplication
@@ -245,7 +288,9 @@ class CrossEncoderReranker(Reranker):
         self.last_long_docs = [cut.stats(r) for r in rows]
         self.docs_truncated += sum(s.truncated for s in self.last_long_docs)
         self.docs_chunked += sum(s.chunked for s in self.last_long_docs)
-        return [RankedList.from_scores(ps, flat[r].tolist(), q) for q, ps, r in zip(queries, passages, rows)]
+        return [RankedList.from_scores(ps, flat[r].tolist(), q, RankInfo(forward_passes=len(cut.units),
+                                                                           details={"long_docs": cut.details(r)}))
+                for q, ps, r in zip(queries, passages, rows)]
 
 
 def _max_pair_length(model: Any) -> int | None:

@@ -16,7 +16,7 @@ NAACL Findings 2025, arXiv 2412.10684):
   tail kept in place.
 - :func:`random_design`: ``M`` uniformly random permutations (a baseline).
 
-Presence designs (issue 20: every permutation keeps every passage in the prompt, so the outcome
+Presence designs (every permutation keeps every passage in the prompt, so the outcome
 moves only through the slot weights; whether a passage is there at all is the strongest signal).
 Here an *intervention* is an index list of any length ``0..k``: a subset of the passages in the
 order they take in the prompt.

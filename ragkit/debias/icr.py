@@ -128,16 +128,19 @@ class ICRReranker(Reranker):
         return p_ids, q_ids, n_ids, spans
 
     # ------------------------------------------------------------------ attention
-    def token_attention(self, prompt_ids: Sequence[int], query_rows: Sequence[Sequence[int]]) -> np.ndarray:
+    def token_attention(self, prompt_ids: Sequence[int], query_rows: Sequence[Sequence[int]],
+                        per_head: bool = False) -> np.ndarray:
         """``a_x(t)`` for every prompt token ``t`` and each query row ``x``: ``(rows, |prompt|)``.
 
         The prompt is prefilled once (its cache shared by the rows); the rows run in one forward
         with eager attention, right-padded, and the attention of each row's own tokens is averaged.
+        ``per_head`` keeps the layers and heads apart instead of summing them:
+        ``(rows, layers, heads, |prompt|)``.
         """
         import torch
         from transformers import DynamicCache
 
-        from ragkit.generation.decoding import cache_argument
+        from ragkit.generation.handle import cache_argument
 
         gen = self.generator
         model = gen.model
@@ -174,9 +177,13 @@ class ICRReranker(Reranker):
             att = out2.attentions
             if not att or att[0] is None:  # pragma: no cover - an architecture that cannot return them
                 raise RuntimeError(f"{type(model).__name__} returned no attention weights; ICR needs them")
-            total = torch.stack([a[:, :, :, :n_p].float() for a in att]).sum(dim=(0, 2))  # (rows, width, n_p)
             w = mask.float()
-            a = (total * w[:, :, None]).sum(1) / w.sum(1, keepdim=True)
+            if per_head:  # (layers, rows, heads, width, n_p) -> (rows, layers, heads, n_p)
+                stacked = torch.stack([a[:, :, :, :n_p].float() for a in att])
+                a = ((stacked * w[None, :, None, :, None]).sum(3) / w.sum(1)[None, :, None, None]).permute(1, 0, 2, 3)
+            else:
+                total = torch.stack([a[:, :, :, :n_p].float() for a in att]).sum(dim=(0, 2))  # (rows, width, n_p)
+                a = (total * w[:, :, None]).sum(1) / w.sum(1, keepdim=True)
         counters = getattr(gen, "counters", None)
         if isinstance(counters, dict):  # the generator's token ledger (prefill of the prompt and the rows)
             counters["forwards"] = counters.get("forwards", 0) + 2

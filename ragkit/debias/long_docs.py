@@ -148,6 +148,12 @@ class CutPairs:
         return LongDocStats(len(pairs), sum(self.truncated[i] for i in pairs),
                             sum(len(self.owners[i]) > 1 for i in pairs), sum(len(self.owners[i]) for i in pairs))
 
+    def details(self, pairs: Sequence[int]) -> dict[str, Any]:
+        """The ``info.details["long_docs"]`` of one ranking: :meth:`stats` of the pairs ``pairs`` and,
+        per pair in that order, whether it was ``truncated`` and its ``chunks`` (encoder sequences)."""
+        return {**self.stats(pairs).to_dict(), "per_document": {
+            "truncated": [bool(self.truncated[i]) for i in pairs], "chunks": [len(self.owners[i]) for i in pairs]}}
+
     def aggregate(self, unit_scores: Any) -> list[float]:
         """Each input pair's score from its units' scores: the best chunk's (``"first"`` and
         truncation leave one unit per pair, so the maximum serves every rule)."""

@@ -47,7 +47,7 @@ def masked_scores(generator: Any, question: str, passages: Sequence[Passage],
     import torch
     from transformers import DynamicCache
 
-    from ragkit.generation.decoding import cache_argument
+    from ragkit.generation.handle import cache_argument
     from ragkit.generation.prompts import question_template
 
     k = len(passages)

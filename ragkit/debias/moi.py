@@ -18,7 +18,7 @@ Designs and their estimators (:mod:`ragkit.debias.designs`, :mod:`ragkit.debias.
 
 - permutations (``cyclic``, ``prior``, ``random``): ridge utilities
   ``u = (A_cᵀA_c + λI)⁻¹(A_cᵀo_c + λ u_prior)`` (:func:`~ragkit.debias.estimators.ridge_utilities`);
-- presence (issue 20): ``loo`` (``u_p = o(full) − o(full \\ p)``), ``ablate`` (ContextCite's
+- presence: ``loo`` (``u_p = o(full) − o(full \\ p)``), ``ablate`` (ContextCite's
   Lasso/ridge surrogate on the logit of the outcome probability) and ``mixed`` (subsets in random
   orders, ``u`` and ``a`` from one alternating-least-squares regression).
 
@@ -35,22 +35,23 @@ blended with the retriever order,
 list) and ``β = 0`` for one without (an order that may carry no information), the value chosen
 on the per-question BM25 order of 10 HotpotQA train questions with the reference generator
 (``loo`` + ``question``: MRR@10 0.838 unblended, 0.950 at β = 0.7–0.85, BM25 alone 0.900;
-``benchmarks/results/moi_designs_train-qwen-bm25-cpu.json``, whose prior is the retriever ranks),
+``experiments/moi_lab/results/moi_designs_train-qwen-bm25-cpu.json``, whose prior is the retriever ranks),
 while on the random given order any β above 0.5 costs quality.
 
-Default (issue 20, chosen on HotpotQA **train**, never on reported questions): ``design="loo"``
+Default (chosen on HotpotQA **train**, never on reported questions): ``design="loo"``
 with the label-free ``question`` outcome (query likelihood of the question after the passages of
 each intervention, UPR), ``k + 1`` sequences and no generation before the final answer. On 10
 train questions (k = 10, gold-paragraph MRR@10; given order 0.485) it reached 0.914 with the
 reference generator Qwen2.5-Coder-0.5B (+0.429 [+0.203, +0.639], 11 sequences;
-``benchmarks/results/moi_designs_train-qwen-cpu.json``) and 0.842 with the embedded SmolLM2-135M
-(+0.357 [+0.130, +0.583]; ``benchmarks/results/moi_designs_train-cpu.json``), where
+``experiments/moi_lab/results/moi_designs_train-qwen-cpu.json``) and 0.842 with the embedded SmolLM2-135M
+(+0.357 [+0.130, +0.583]; ``experiments/moi_lab/results/moi_designs_train-cpu.json``), where
 ``loo``/``full_answer`` reached 0.554 / 0.475 and the permutation designs with a label-free
 outcome fell back to the given order (0.485). The former default, ``cyclic`` / ``consensus``,
 is the ``moi_cyclic`` preset.
 
-Adaptive budget (``budget="auto"``, issue 15 item 3): interventions are added in rounds and the
-loop stops once the top-``stable_top`` of the ranking is unchanged for a round (see :class:`MoI`).
+Adaptive budget (``budget="auto"`` on a design, :mod:`ragkit.debias.interventions`): interventions
+are added in the design's rounds and the loop stops once the top-``stable_top`` of the ranking
+(of the estimated utilities, before any fallback) is unchanged for a round.
 """
 
 from __future__ import annotations
@@ -59,37 +60,26 @@ import logging
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from dataclasses import fields as dataclass_fields
 from typing import Any
 
 import numpy as np
 
-from ragkit.debias.designs import (
-    DESIGNS,
-    _shift_sequence,
-    ablate,
-    make_design,
-    mixed,
-    prior,
-    random_design,
-)
 from ragkit.debias.estimators import (
     UtilityFit,
     blend_with_retriever,
-    loo_utilities,
-    mixed_utilities,
-    permutation_fit,
     retriever_prior,
     separates,
     separation_failure,
-    surrogate_utilities,
 )
-from ragkit.debias.outcomes import OUTCOMES, OutcomeFn, OutcomeResult, compute_outcomes, reusable_answer
+from ragkit.debias.interventions import DESIGN_TYPES, Design, design_from_name
+from ragkit.debias.outcomes import Outcome, OutcomeFn, OutcomeResult, outcome_from_name, reusable_answer
 from ragkit.debias.placement import place
 from ragkit.debias.profile import PositionProfile
 from ragkit.generation.base import GeneratorLike
 from ragkit.types import Passage, Query, RankedList, as_passages
 
-__all__ = ["MoI", "MoIResult", "PLACEMENTS", "RETRIEVER_BLEND"]
+__all__ = ["MoI", "MoIResult", "FallbackTest", "PLACEMENTS", "RETRIEVER_BLEND"]
 
 logger = logging.getLogger(__name__)
 
@@ -184,6 +174,36 @@ class MoIResult:
         }
 
 
+@dataclass(frozen=True)
+class FallbackTest:
+    """MoI's per-query fallback: keep the retriever order when the interventions did not separate
+    the passages (:func:`ragkit.debias.estimators.separates`).
+
+    Parameters
+    ----------
+    enabled
+        ``True``, ``False`` or ``"auto"`` (default): on for the label-free outcomes, off for an
+        outcome that reads the reference answers (``gold``), whose utilities are the label itself
+        (the oracle, distillation labels); with the fallback on, 25 of 100 HotpotQA dev questions
+        kept their random given order under the reference generator (``loo`` + ``gold``, 128-token
+        passages) and the oracle's MRR@10 fell from 0.879 to 0.827.
+    alpha
+        Level of the F-test.
+    min_spread, z_min
+        Saturated designs: smallest outcome range (nats) that counts as the outcome moving, and
+        the modified z-score the best passage must reach.
+    """
+
+    enabled: bool | str = "auto"
+    alpha: float = 0.05
+    min_spread: float = 1e-2
+    z_min: float = 3.5
+
+    def __post_init__(self) -> None:
+        if isinstance(self.enabled, str) and self.enabled != "auto":
+            raise ValueError(f"fallback must be True, False or 'auto', got {self.enabled!r}")
+
+
 class MoI:
     """Mixture-of-Intervention reranker + answerer (see the module docstring).
 
@@ -193,173 +213,127 @@ class MoI:
         A :class:`ragkit.generation.Generator` (may be ``None`` only with a callable ``outcome``
         and ``generate_answer=False``).
     design
-        One of :data:`ragkit.debias.designs.DESIGNS`: the presence designs ``"loo"`` (default: the
-        full prompt and the k prompts that each leave one passage out, k + 1 prompts),
+        A design object of :mod:`ragkit.debias.interventions` (it owns its budget, its adaptive
+        rounds and its estimator, and the settings they read), or its name with the default
+        settings: the presence designs ``"loo"`` (default: the full prompt and the k prompts that
+        each leave one passage out, k + 1 prompts, :class:`~ragkit.debias.interventions.LeaveOneOut`),
         ``"ablate"`` (2k random subsets) and ``"mixed"`` (3k random subsets in random orders), or
-        the permutation designs ``"cyclic"`` (k rotations, a Latin square; the default before
-        issue 20), ``"prior"`` (M < k orderings around the retriever order) and ``"random"``.
-        The default was chosen on train questions (module docstring).
-    budget
-        Number of interventions ``M`` (default per design, see
-        :func:`ragkit.debias.designs.make_design`; ``loo`` always runs ``k + 1``, so leave it
-        ``None`` there), or ``"auto"``: add interventions in rounds
-        until the top-``stable_top`` passages of the ranking are unchanged for one round (the
-        ranking of the estimated utilities, before any fallback, so a query that does not
-        separate keeps gathering interventions up to the cap). Rounds:
-        permutation designs start with 3 orderings (the ``prior`` design's) and add 2 per round
-        (further rotations / reversals; at most ``k`` for cyclic, ``2k`` otherwise); ``ablate``
-        starts with ``k`` masks and adds ``k/2`` (at most ``4k``); ``mixed`` starts with ``2k``
-        and adds ``k`` (at most ``6k``); ``loo`` is complete after its one round of ``k + 1``.
-        Outcomes of earlier rounds are reused (``full_answer`` regenerates its one full-prompt
-        answer per round), except ``consensus``, whose target answer depends on every
-        intervention: it is recomputed over all interventions each round.
+        the permutation designs ``"cyclic"`` (k rotations, a Latin square), ``"prior"`` (M < k
+        orderings around the retriever order) and ``"random"``. The default was chosen on train
+        questions (module docstring). ``budget="auto"`` on a design adds interventions in rounds
+        until the top of the ranking is stable: outcomes of earlier rounds are reused, except
+        ``consensus``, whose target answer depends on every intervention and is recomputed.
     outcome
-        ``"question"`` (label-free, default: the question's mean log-prob after each
-        intervention's passages; no generation), ``"consensus"`` (label-free: the majority of the
-        orderings' answers, scored under each), ``"gold"`` (needs answers), ``"confidence"``,
-        ``"full_answer"``, or a callable
-        ``f(generator, questions, passages, orderings, answers) -> list[OutcomeResult]``. With
-        ``question`` no intervention generates an answer, so the final answer
-        (``generate_answer=True``) is one more generated sequence.
-    lam
-        Relative ridge strength (permutation designs: toward the retriever prior; ``ablate`` with
-        ``surrogate="ridge"``: toward 0).
+        An outcome object of :mod:`ragkit.debias.outcomes` or its name: ``"question"`` (label-free,
+        default: the question's mean log-prob after each intervention's passages; no generation),
+        ``"consensus"`` (label-free: the majority of the orderings' answers, scored under each),
+        ``"gold"`` (needs answers), ``"confidence"``, ``"full_answer"``; or a function
+        ``f(generator, questions, passages, orderings, answers) -> list[OutcomeResult]``. A name
+        gets ``max_new_tokens``.
     profile
         Position-bias profile (or the path of its JSON) used by the permutation designs and the
-        placement. ``None``: the
-        model's own, :meth:`PositionProfile.for_generator` (cached calibration; the recency
-        profile for the embedded SmolLM2; else calibrated when ``calibrate_profile`` or flat
-        with a warning). A profile for another ``k`` is resized by interpolation.
-    calibrate_profile
-        With ``profile=None`` and no cached profile: calibrate on the bundled sample (a bounded,
-        one-time cost, cached) instead of falling back to the flat profile.
+        placement. ``None``: the model's own, :meth:`PositionProfile.for_generator` (cached
+        calibration; the recency profile for the embedded SmolLM2; else calibrated when
+        ``calibrate_profile`` or flat with a warning). A profile for another ``k`` is resized.
     placement
         ``"bias_aware"`` or ``"ranked"``.
-    head
-        For ``design="prior"``: rotate only the top-``head`` passages.
-    seed
-        Seed of the random designs (``random``, ``ablate``, ``mixed``).
-    max_new_tokens
-        Length of the per-ordering and final answers.
-    max_tied
-        ``consensus`` only: at most this many tied majority answers are scored under every
-        ordering to break the tie (cost ``M`` sequences each; 1 = keep the first seen).
-    surrogate
-        ``ablate``: ``"lasso"`` (ContextCite, strength ``alpha``) or ``"ridge"``.
-    alpha
-        Lasso strength of the ``ablate`` surrogate (ContextCite's 0.01 on standardised masks).
-    transform
-        ``ablate``: ``"logit"`` (outcomes are log-probabilities; ContextCite) or ``"none"``.
     blend
         Weight ``β`` of the retriever order in ``(1 − β) z(u) + β z(prior)`` (0: utilities only;
         1: the retriever order). ``"auto"`` (default): :data:`RETRIEVER_BLEND` (0.75) for a
         query passed with retriever scores, 0 for one without (its order may be uninformative).
     fallback
-        Keep the retriever order for a query whose interventions do not separate the passages
-        (:func:`ragkit.debias.estimators.separates` with ``fallback_alpha`` and ``min_spread``).
-        ``"auto"`` (default): on for the label-free outcomes, off for ``gold``, whose utilities are
-        the label itself (the oracle, distillation labels); with the fallback on, 25 of 100
-        HotpotQA dev questions kept their random given order under the reference generator
-        (``loo`` + ``gold``, 128-token passages) and the oracle's MRR@10 fell from 0.879 to 0.827.
-    fallback_alpha
-        Level of the F-test.
-    min_spread, fallback_z
-        Saturated designs: smallest outcome range (nats) that counts as the outcome moving, and
-        the modified z-score the best passage must reach.
-    stable_top
-        ``budget="auto"``: the number ``m`` of top passages that must be unchanged for a round.
-    reuse_cache
-        One prefill per ordering (:mod:`ragkit.debias.outcomes`): generate each ordering's answer
-        and score candidates from the same cache, and reuse an ordering's answer as the final
-        answer when the chosen order is one of the orderings run. ``False``: the former path
-        (generate, prefill again to score, a new prompt for the final answer); same outputs.
+        ``"auto"``, ``True``, ``False`` or a :class:`FallbackTest` with its thresholds.
+    seed
+        Seed of the random designs (``random``, ``ablate``, ``mixed``) and of a calibration.
+    max_new_tokens
+        Length of the final answer (and of the answers of an outcome given by name).
+    calibrate_profile
+        With ``profile=None`` and no cached profile: calibrate on the bundled sample (a bounded,
+        one-time cost, cached) instead of falling back to the flat profile.
+
+    :meth:`from_settings` builds an MoI from flat settings (``design="prior", budget=3, head=2``),
+    as the command line and the presets give them.
     """
 
     def __init__(
         self,
         generator: GeneratorLike | None,
-        design: str = "loo",
-        budget: int | str | None = None,
-        outcome: str | OutcomeFn = "question",
-        lam: float = 0.1,
+        design: Design | str = "loo",
+        outcome: Outcome | str | OutcomeFn = "question",
         profile: PositionProfile | str | os.PathLike[str] | None = None,
         placement: str = "bias_aware",
-        head: int | None = None,
+        blend: float | str = "auto",
+        fallback: bool | str | FallbackTest = "auto",
         seed: int = 0,
         max_new_tokens: int = 16,
-        max_tied: int = 3,
-        surrogate: str = "lasso",
-        alpha: float = 0.01,
-        transform: str = "logit",
-        blend: float | str = "auto",
-        fallback: bool | str = "auto",
-        fallback_alpha: float = 0.05,
-        min_spread: float = 1e-2,
-        fallback_z: float = 3.5,
-        stable_top: int = 2,
         calibrate_profile: bool = False,
-        reuse_cache: bool = True,
     ) -> None:
-        if design not in DESIGNS:
-            raise ValueError(f"unknown design {design!r}; choose one of {DESIGNS}")
-        if not callable(outcome) and outcome not in OUTCOMES:
-            raise ValueError(f"unknown outcome {outcome!r}; choose one of {OUTCOMES} or pass a callable")
         if placement not in PLACEMENTS:
             raise ValueError(f"unknown placement {placement!r}; choose one of {PLACEMENTS}")
-        if isinstance(budget, str):
-            if budget != "auto":
-                raise ValueError(f"budget must be an integer >= 1, None or 'auto', got {budget!r}")
-        elif budget is not None and budget < 1:
-            raise ValueError(f"budget (number of orderings) must be >= 1, got {budget}")
-        if lam < 0:
-            raise ValueError(f"lam must be >= 0, got {lam}")
-        if surrogate not in ("lasso", "ridge"):
-            raise ValueError(f"unknown surrogate {surrogate!r}; choose 'lasso' or 'ridge'")
-        if transform not in ("logit", "none"):
-            raise ValueError(f"unknown transform {transform!r}; choose 'logit' or 'none'")
         if isinstance(blend, str):
             if blend != "auto":
                 raise ValueError(f"blend must be a number in [0, 1] or 'auto', got {blend!r}")
         elif not 0.0 <= blend <= 1.0:
             raise ValueError(f"blend (the retriever order's weight) must be in [0, 1], got {blend}")
-        if stable_top < 1:
-            raise ValueError(f"stable_top must be >= 1, got {stable_top}")
-        if generator is None and not callable(outcome):
+        self.design: Design = design_from_name(design)
+        self.outcome: Outcome | OutcomeFn = outcome_from_name(outcome, max_new_tokens=max_new_tokens)
+        if generator is None and isinstance(self.outcome, Outcome):
             raise ValueError("MoI needs a generator for its built-in outcomes; pass a ragkit.generation.Generator")
         self.generator = generator
-        self.design = design
-        self.budget = budget
-        self.outcome = outcome
-        self.lam = float(lam)
         if isinstance(profile, (str, os.PathLike)):
             profile = PositionProfile.load(profile)
         self.profile = profile
         self.placement = placement
-        self.head = head
+        self.blend: float | str = blend if isinstance(blend, str) else float(blend)
+        self.fallback = fallback if isinstance(fallback, FallbackTest) else FallbackTest(
+            fallback if isinstance(fallback, str) else bool(fallback))
         self.seed = seed
         self.max_new_tokens = max_new_tokens
-        self.max_tied = max_tied
-        self.surrogate = surrogate
-        self.alpha = float(alpha)
-        self.transform = transform
-        self.blend: float | str = blend if isinstance(blend, str) else float(blend)
-        if isinstance(fallback, str) and fallback != "auto":
-            raise ValueError(f"fallback must be True, False or 'auto', got {fallback!r}")
-        self.fallback: bool | str = fallback if isinstance(fallback, str) else bool(fallback)
-        self.fallback_alpha = float(fallback_alpha)
-        self.min_spread = float(min_spread)
-        self.fallback_z = float(fallback_z)
-        self.stable_top = int(stable_top)
         self.calibrate_profile = bool(calibrate_profile)
-        self.reuse_cache = bool(reuse_cache)
         self._profiles: dict[int, PositionProfile] = {}
 
-    def _outcome_kwargs(self) -> dict[str, Any]:
-        if callable(self.outcome) or self.outcome == "gold":
-            return {}
-        if self.outcome == "consensus":
-            return {"max_new_tokens": self.max_new_tokens, "max_tied": self.max_tied, "reuse_cache": self.reuse_cache}
-        return {"max_new_tokens": self.max_new_tokens, "reuse_cache": self.reuse_cache}
+    @classmethod
+    def from_settings(
+        cls,
+        generator: GeneratorLike | None,
+        design: Design | str = "loo",
+        outcome: Outcome | str | OutcomeFn = "question",
+        *,
+        budget: int | str | None = None,
+        lam: float | None = None,
+        head: int | None = None,
+        surrogate: str | None = None,
+        alpha: float | None = None,
+        transform: str | None = None,
+        stable_top: int | None = None,
+        max_tied: int | None = None,
+        fallback: bool | str | FallbackTest = "auto",
+        fallback_alpha: float | None = None,
+        min_spread: float | None = None,
+        fallback_z: float | None = None,
+        max_new_tokens: int = 16,
+        **kwargs: Any,
+    ) -> MoI:
+        """An MoI from flat settings: the design's and the outcome's settings go to the objects that
+        read them (a setting the chosen design or outcome does not read is ignored: a flat settings
+        dict may name knobs of every design), the fallback thresholds to :class:`FallbackTest`, the
+        rest (``profile``, ``placement``, ``blend``, ``seed``, ``calibrate_profile``) to :class:`MoI`.
+        """
+        knobs = {"budget": budget, "lam": lam, "head": head, "surrogate": surrogate, "alpha": alpha,
+                 "transform": transform, "stable_top": stable_top}
+        if isinstance(design, Design):
+            d: Design = design_from_name(design, budget=budget)  # a budget beside an object is an error
+        else:
+            if design not in DESIGN_TYPES:
+                raise ValueError(f"unknown design {design!r}; choose one of {tuple(DESIGN_TYPES)}")
+            own = {f.name for f in dataclass_fields(DESIGN_TYPES[design])}
+            d = design_from_name(design, **{k: v for k, v in knobs.items() if k in own})
+        o = outcome_from_name(outcome, max_new_tokens=max_new_tokens, max_tied=max_tied)
+        if not isinstance(fallback, FallbackTest):
+            thresholds = {k: v for k, v in (("alpha", fallback_alpha), ("min_spread", min_spread),
+                                            ("z_min", fallback_z)) if v is not None}
+            fallback = FallbackTest(fallback if isinstance(fallback, str) else bool(fallback), **thresholds)
+        return cls(generator, d, o, fallback=fallback, max_new_tokens=max_new_tokens, **kwargs)
 
     def profile_for(self, k: int) -> PositionProfile:
         """The profile used for ``k`` passages (given, or the model's own; memoised per ``k``)."""
@@ -375,40 +349,9 @@ class MoI:
                                                                   calibrate=self.calibrate_profile, seed=self.seed)
         return self._profiles[k]
 
-    def orderings_for(self, k: int, rng: np.random.Generator) -> list[list[int]]:
-        """The design's interventions for ``k`` passages (fixed budget)."""
-        budget = None if self.budget == "auto" else self.budget
-        return make_design(self.design, k, budget, rng=rng, head=self.head)
-
-    def _rounds_for(self, k: int, rng: np.random.Generator) -> tuple[list[list[int]], int, int]:
-        """``budget="auto"``: (candidate interventions in the order they are added, first, step)."""
-        if self.design == "loo":
-            cands = make_design("loo", k)
-            return cands, len(cands), len(cands)
-        if self.design == "ablate":
-            return ablate(k, 4 * k, rng=rng), k, max(1, k // 2)
-        if self.design == "mixed":
-            return mixed(k, 6 * k, rng=rng), 2 * k, k
-        if self.design == "cyclic":
-            shifts = [0] + _shift_sequence(k)
-            cands = [[(j + s) % k for j in range(k)] for s in shifts]
-        elif self.design == "prior":
-            cands = prior(k, 2 * k, head=self.head)
-        else:
-            cands = random_design(k, 2 * k, rng)
-        return cands, min(3, len(cands)), 2
-
-    def _fit(self, orderings: list[list[int]], values: np.ndarray, prof: PositionProfile,
-             scores: Sequence[float] | None) -> UtilityFit:
-        k = prof.k
-        if self.design == "loo":
-            return loo_utilities(orderings, values, k)
-        if self.design == "ablate":
-            return surrogate_utilities(orderings, values, k, method=self.surrogate, alpha=self.alpha, lam=self.lam,
-                                       transform=self.transform)
-        if self.design == "mixed":
-            return mixed_utilities(orderings, values, k, weights=prof.weights)
-        return permutation_fit(orderings, values, prof.weights, lam=self.lam, scores=scores)
+    def profiles_used(self) -> list[dict[str, Any]]:
+        """Where each profile this MoI has used came from (:attr:`PositionProfile.provenance`), by ``k``."""
+        return [self._profiles[k].provenance for k in sorted(self._profiles)]
 
     def blend_for(self, scores: Sequence[float] | None) -> float:
         """The blend weight ``β`` for one query: ``blend``, or with ``"auto"``
@@ -419,17 +362,18 @@ class MoI:
 
     @property
     def falls_back(self) -> bool:
-        """Whether the per-query fallback is on (``fallback="auto"``: for every outcome but ``gold``)."""
-        if self.fallback == "auto":
-            return self.outcome != "gold"
-        return bool(self.fallback)
+        """Whether the per-query fallback is on (``"auto"``: unless the outcome reads the reference answers)."""
+        if self.fallback.enabled == "auto":
+            return not getattr(self.outcome, "needs_answers", False)
+        return bool(self.fallback.enabled)
 
     def _rank(self, orderings: list[list[int]], values: np.ndarray, prof: PositionProfile,
               scores: Sequence[float] | None) -> tuple[np.ndarray, bool, dict[str, float], UtilityFit, np.ndarray]:
         """(utilities after the separation test and the blend, fell back?, test stats, fit, blended
         utilities before the fallback)."""
-        fit = self._fit(orderings, values, prof, scores)
-        ok, stats = separates(fit, alpha=self.fallback_alpha, min_spread=self.min_spread, z_min=self.fallback_z)
+        fit = self.design.fit(orderings, values, prof, scores)
+        fb = self.fallback
+        ok, stats = separates(fit, alpha=fb.alpha, min_spread=fb.min_spread, z_min=fb.z_min)
         u = blend_with_retriever(fit.utilities, self.blend_for(scores), scores)
         if self.falls_back and not ok:
             return retriever_prior(prof.k, scores), True, stats, fit, u
@@ -439,11 +383,8 @@ class MoI:
                   answers_list: Sequence[Sequence[str]] | None) -> dict[int, OutcomeResult]:
         if not idx:
             return {}
-        res = compute_outcomes(
-            self.outcome, self.generator, [qs[i] for i in idx], [ps[i] for i in idx], [orderings[i] for i in idx],
-            None if answers_list is None else [list(answers_list[i] or []) for i in idx],
-            **self._outcome_kwargs(),
-        )
+        res = self.outcome(self.generator, [qs[i] for i in idx], [ps[i] for i in idx], [orderings[i] for i in idx],
+                           None if answers_list is None else [list(answers_list[i] or []) for i in idx])
         return dict(zip(idx, res))
 
     def run(self, question: str, passages: Sequence[Passage | str], scores: Sequence[float] | None = None,
@@ -500,9 +441,9 @@ class MoI:
         outs: dict[int, OutcomeResult] = {}
         ranked: dict[int, tuple[np.ndarray, bool, dict[str, float], UtilityFit, np.ndarray]] = {}
         rounds = dict.fromkeys(range(n), 1)
-        if self.budget != "auto":
+        if not self.design.adaptive:
             for i in active:
-                orderings[i] = self.orderings_for(len(ps[i]), rng)
+                orderings[i] = self.design.interventions(len(ps[i]), rng)
             outs = self._outcomes(qs, ps, active, orderings, answers_list)
             for i in active:
                 ranked[i] = self._rank(orderings[i], np.asarray(outs[i].values, dtype=np.float64), profs[i], scs[i])
@@ -524,7 +465,7 @@ class MoI:
             rank_idx = sorted(range(k), key=lambda j: (-float(u[j]), j))
             ranking = RankedList.from_scores(p, np.asarray(u).tolist(), query=Query(text=qs[i]))
             order = place(rank_idx, self.placement, prof.weights)
-            reason = (separation_failure(stats, self.fallback_alpha, self.min_spread, self.fallback_z)
+            reason = (separation_failure(stats, self.fallback.alpha, self.fallback.min_spread, self.fallback.z_min)
                       if fell_back else "")
             results.append(MoIResult(ranking=ranking, order=order, utilities=np.asarray(u),
                                      orderings=orderings[i], outcomes=vals, ordering_answers=list(ans),
@@ -533,14 +474,13 @@ class MoI:
                                      fit_stats=dict(stats),
                                      rounds=rounds[i], estimated_weights=est_w, raw_utilities=raw))
         if generate_answer:
-            reused = [reusable_answer(r.orderings, r.ordering_answers, r.order) if self.reuse_cache else None
-                      for r in results]
+            # an ordering already run in the chosen order has its answer; the consensus answer is a
+            # draft that greedy decoding of the final prompt is checked against (same answers, less work)
+            reused = [reusable_answer(r.orderings, r.ordering_answers, r.order) for r in results]
             todo = [i for i, a in enumerate(reused) if a is None]
-            # the consensus answer is a draft that greedy decoding of the final prompt is checked against
-            kw = ({"drafts": [results[i].target for i in todo]}
-                  if self.reuse_cache and callable(getattr(self.generator, "run_orderings", None)) else {})
             finals = self.generator.answer([qs[i] for i in todo], [[ps[i][j] for j in results[i].order] for i in todo],
-                                           max_new_tokens=self.max_new_tokens, **kw) if todo else []
+                                           max_new_tokens=self.max_new_tokens,
+                                           drafts=[results[i].target for i in todo]) if todo else []
             for i, a in zip(todo, finals):
                 results[i].answer = a
                 results[i].generator_calls += 1
@@ -563,12 +503,12 @@ class MoI:
         ranked: dict[int, tuple[np.ndarray, bool, dict[str, float], UtilityFit, np.ndarray]],
         rounds: dict[int, int],
     ) -> None:
-        """``budget="auto"``: rounds of interventions until the top-``stable_top`` is stable (class docstring)."""
-        plan = {i: self._rounds_for(len(ps[i]), rng) for i in active}
+        """``budget="auto"``: rounds of interventions until the design's top-``stable_top`` is stable."""
+        plan = {i: self.design.rounds(len(ps[i]), rng) for i in active}
         used = {i: 0 for i in active}
         tops: dict[int, list[int]] = {}
         pending = list(active)
-        recompute = self.outcome == "consensus"
+        recompute = not getattr(self.outcome, "per_round", True)
         r = 0
         while pending:
             r += 1
@@ -595,7 +535,7 @@ class MoI:
                 ranked[i] = self._rank(orderings[i], np.asarray(outs[i].values, dtype=np.float64), profs[i], scs[i])
                 rounds[i] = r
                 u = ranked[i][4]  # stability of the estimate itself, before any fallback
-                top = sorted(range(len(u)), key=lambda j: (-float(u[j]), j))[: self.stable_top]
+                top = sorted(range(len(u)), key=lambda j: (-float(u[j]), j))[: self.design.stable_top]
                 stable = i in tops and tops[i] == top
                 tops[i] = top
                 if not stable and used[i] < len(plan[i][0]):

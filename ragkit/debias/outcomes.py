@@ -5,13 +5,13 @@ once per query (Lee et al., NAACL Findings 2025, arXiv 2412.10684). An "ordering
 (intervention) lists distinct passage indices in prompt order and may hold any subset of the
 passages (presence designs leave some out).
 
-Cost floor (``reuse_cache=True``, the default): the label-free outcomes run
-:meth:`ragkit.generation.Generator.run_orderings`, which prefills each ordering once, generates its
-greedy answer from that cache, and scores the consensus answer (or each ordering's own answer) as
-a continuation of the same cache: ``M`` orderings cost the shared prefix once plus each ordering's
-own tokens, instead of generating and then prefilling every ordering again
-(``reuse_cache=False``, the former path: ``generate`` + :meth:`score_orderings`; same numbers up
-to float error).
+Cost floor: the answer-based label-free outcomes run the generator's ``run_orderings``
+(:class:`~ragkit.generation.base.GeneratorLike`); the local generator prefills each ordering once,
+generates its greedy answer from that cache, and scores the consensus answer (or each ordering's
+own answer) as a continuation of the same cache: ``M`` orderings cost the shared prefix once plus
+each ordering's own tokens. A generator without a cache to share (a remote server) runs the
+generic :func:`ragkit.generation.layout.run_orderings_by_parts` (``generate``, then ``score``),
+which gives the same numbers up to float error; the tests hold the two to each other.
 
 - ``gold``: mean log-prob of the reference answer under each ordering (the best over the
   reference aliases); an oracle for calibration and distillation labels.
@@ -42,8 +42,8 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, fields
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -53,10 +53,18 @@ from ragkit.types import Passage
 
 __all__ = [
     "OUTCOMES",
+    "Outcome",
+    "Question",
+    "Consensus",
+    "Confidence",
+    "FullAnswer",
+    "Gold",
+    "OUTCOME_TYPES",
+    "outcome_from_name",
     "OutcomeResult",
-    "ordering_prompts",
     "generate_per_ordering",
     "majority_answer",
+    "best_candidate",
     "gold_outcomes",
     "consensus_outcomes",
     "confidence_outcomes",
@@ -99,16 +107,6 @@ def _norm(s: str) -> str:
     return normalize_answer(s)
 
 
-def _can_reuse(generator: GeneratorLike, reuse_cache: bool) -> bool:
-    return bool(reuse_cache) and callable(getattr(generator, "run_orderings", None))
-
-
-def ordering_prompts(generator: GeneratorLike, question: str, passages: Sequence[Passage],
-                     orderings: Sequence[Sequence[int]]) -> list[str]:
-    """The full prompt of each ordering (any subset of distinct indices; ``[]``: no passages)."""
-    return [generator.build_prompt(question, [passages[i] for i in o]) for o in orderings]
-
-
 def reusable_answer(orderings: Sequence[Sequence[int]], answers: Sequence[str], order: Sequence[int]) -> str | None:
     """The answer already generated for ``order`` when it is one of the orderings run, else ``None``.
 
@@ -129,30 +127,12 @@ def generate_per_ordering(
     passages: Sequence[Sequence[Passage]],
     orderings: Sequence[Sequence[Sequence[int]]],
     max_new_tokens: int = 16,
-    reuse_cache: bool = True,
 ) -> list[list[str]]:
-    """Greedy short answers for every (query, ordering), batched across orderings and queries.
-
-    With ``reuse_cache`` (and a generator with ``run_orderings``) each query's shared prompt
-    prefix is computed once (answer voting and permutation self-consistency call this).
-    """
-    if _can_reuse(generator, reuse_cache):
-        runs = generator.run_orderings(questions, passages, orderings, None,  # type: ignore[attr-defined]
-                                       max_new_tokens=max_new_tokens)
-        return [list(r.answers) for r in runs]
-    prompts: list[str] = []
-    sizes: list[int] = []
-    for q, ps, ods in zip(questions, passages, orderings):
-        prompts += ordering_prompts(generator, q, ps, ods)
-        sizes.append(len(ods))
-    stop = list(getattr(getattr(generator, "template", None), "stop", ()) or ()) or None
-    outs = generator.generate(prompts, max_new_tokens=max_new_tokens, stop=stop)
-    clean = [generator.clean_answer(str(o)) for o in outs]
-    res, off = [], 0
-    for n in sizes:
-        res.append(clean[off:off + n])
-        off += n
-    return res
+    """Greedy short answers for every (query, ordering), batched across orderings and queries
+    (``run_orderings``: each query's shared prompt prefix is computed once); answer voting and
+    permutation self-consistency call this."""
+    runs = generator.run_orderings(questions, passages, orderings, None, max_new_tokens=max_new_tokens)
+    return [list(r.answers) for r in runs]
 
 
 def majority_answer(answers: Sequence[str]) -> tuple[list[str], Counter[str]]:
@@ -207,6 +187,12 @@ def gold_outcomes(
             for b, t, c in zip(best, target, calls)]
 
 
+def best_candidate(scored: Sequence[tuple[str, np.ndarray]]) -> tuple[str, np.ndarray]:
+    """The consensus pick among tied candidates: the highest mean over the orderings of its mean
+    log-prob (the first seen on ties)."""
+    return max(scored, key=lambda t: float(t[1].mean()))  # max() keeps the first on ties
+
+
 def consensus_outcomes(
     generator: GeneratorLike,
     questions: Sequence[str],
@@ -215,66 +201,31 @@ def consensus_outcomes(
     answers: Sequence[Sequence[str]] | None = None,
     max_new_tokens: int = 16,
     max_tied: int = 3,
-    sampled: list[list[str]] | None = None,
-    reuse_cache: bool = True,
 ) -> list[OutcomeResult]:
     """``consensus``: score the majority answer under every ordering (see the module docstring).
 
-    ``sampled`` may pass already generated per-ordering answers (then no generation is run and
-    none is counted). ``reuse_cache``: one prefill per ordering (module docstring).
+    One ``run_orderings`` call: each ordering's answer, then the tied majority answers (at most
+    ``max_tied``) scored under every ordering; ``M`` generated plus ``M`` scored sequences per
+    tied candidate.
     """
-    if sampled is None and _can_reuse(generator, reuse_cache):
-        def tied_of(q: int, outs: list[str]) -> list[str]:
-            return majority_answer(outs)[0][:max(1, max_tied)]
+    del answers  # label-free
 
-        runs = generator.run_orderings(questions, passages, orderings, tied_of,  # type: ignore[attr-defined]
-                                       max_new_tokens=max_new_tokens)
-        out: list[OutcomeResult] = []
-        for i, run in enumerate(runs):
-            M = len(orderings[i])
-            scored = [(rnd[0], np.asarray(r.mean, dtype=np.float64)) for rnd, r in zip(run.candidates, run.scores)]
-            calls = M + M * len(scored)
-            if not scored:
-                logger.warning("query %d: every ordering produced an empty answer; outcomes carry no signal", i)
-                out.append(OutcomeResult(values=np.zeros(M), answers=list(run.answers), target=None,
-                                         generator_calls=calls))
-                continue
-            best_a, best_v = max(scored, key=lambda t: float(t[1].mean()))  # max() keeps the first on ties
-            out.append(OutcomeResult(values=best_v, answers=list(run.answers), target=best_a, generator_calls=calls))
-        return out
-    gen_calls = 0
-    if sampled is None:
-        sampled = generate_per_ordering(generator, questions, passages, orderings, max_new_tokens, reuse_cache=False)
-        gen_calls = 1
-    qs, ps, ods, ans, owner = [], [], [], [], []
-    cands: list[list[str]] = []
-    for i, (q, p, o, outs) in enumerate(zip(questions, passages, orderings, sampled)):
-        tied, _ = majority_answer(outs)
-        tied = tied[:max(1, max_tied)]
-        cands.append(tied)
-        for c in tied:
-            qs.append(q)
-            ps.append(p)
-            ods.append(o)
-            ans.append(c)
-            owner.append(i)
-    res = generator.score_orderings(qs, ps, ods, ans) if qs else []
+    def tied_of(q: int, outs: list[str]) -> list[str]:
+        return majority_answer(outs)[0][:max(1, max_tied)]
+
+    runs = generator.run_orderings(questions, passages, orderings, tied_of, max_new_tokens=max_new_tokens)
     out: list[OutcomeResult] = []
-    per_q: dict[int, list[tuple[str, np.ndarray]]] = {}
-    for i, r, a in zip(owner, res, ans):
-        per_q.setdefault(i, []).append((a, np.asarray(r.mean, dtype=np.float64)))
-    for i, o in enumerate(orderings):
-        M = len(o)
-        calls = M * gen_calls
-        scored = per_q.get(i, [])
-        calls += sum(v.shape[0] for _, v in scored)
+    for i, run in enumerate(runs):
+        M = len(orderings[i])
+        scored = [(rnd[0], np.asarray(r.mean, dtype=np.float64)) for rnd, r in zip(run.candidates, run.scores)]
+        calls = M + M * len(scored)
         if not scored:
             logger.warning("query %d: every ordering produced an empty answer; outcomes carry no signal", i)
-            out.append(OutcomeResult(values=np.zeros(M), answers=list(sampled[i]), target=None,
+            out.append(OutcomeResult(values=np.zeros(M), answers=list(run.answers), target=None,
                                      generator_calls=calls))
             continue
-        best_a, best_v = max(scored, key=lambda t: float(t[1].mean()))  # max() keeps the first on ties
-        out.append(OutcomeResult(values=best_v, answers=list(sampled[i]), target=best_a, generator_calls=calls))
+        best_a, best_v = best_candidate(scored)
+        out.append(OutcomeResult(values=best_v, answers=list(run.answers), target=best_a, generator_calls=calls))
     return out
 
 
@@ -285,57 +236,29 @@ def confidence_outcomes(
     orderings: Sequence[Sequence[Sequence[int]]],
     answers: Sequence[Sequence[str]] | None = None,
     max_new_tokens: int = 16,
-    sampled: list[list[str]] | None = None,
-    reuse_cache: bool = True,
 ) -> list[OutcomeResult]:
     """``confidence``: each ordering's own greedy answer, scored under that ordering.
 
-    An empty answer gets the lowest outcome seen for that query (it carries no confidence). With
-    ``reuse_cache`` the log-probs of a greedy answer come from its own decode steps.
+    An empty answer gets the lowest outcome seen for that query (it carries no confidence). One
+    ``run_orderings`` call (the local generator takes a greedy answer's log-probs from its own
+    decode steps).
     """
-    if sampled is None and _can_reuse(generator, reuse_cache):
-        def own(q: int, outs: list[str]) -> list[list[str]]:
-            return [[a if a.strip() else "" for a in outs]]
+    del answers  # label-free
 
-        runs = generator.run_orderings(questions, passages, orderings, own,  # type: ignore[attr-defined]
-                                       max_new_tokens=max_new_tokens)
-        res_c: list[OutcomeResult] = []
-        for i, run in enumerate(runs):
-            keep = [m for m, a in enumerate(run.answers) if a.strip()]
-            v = np.full(len(orderings[i]), np.nan)
-            if keep:
-                v[keep] = np.asarray(run.scores[0].mean, dtype=np.float64)[keep]
-            v = np.zeros_like(v) if np.all(np.isnan(v)) else np.where(np.isnan(v), np.nanmin(v), v)
-            res_c.append(OutcomeResult(values=v, answers=list(run.answers), target=None,
-                                       generator_calls=len(orderings[i]) + len(keep)))
-        return res_c
-    gen_calls = 0
-    if sampled is None:
-        sampled = generate_per_ordering(generator, questions, passages, orderings, max_new_tokens, reuse_cache=False)
-        gen_calls = 1
-    qs, ps, ods, ans, owner = [], [], [], [], []
-    for i, (q, p, o, outs) in enumerate(zip(questions, passages, orderings, sampled)):
-        keep = [m for m, a in enumerate(outs) if a.strip()]
+    def own(q: int, outs: list[str]) -> list[list[str]]:
+        return [[a if a.strip() else "" for a in outs]]
+
+    runs = generator.run_orderings(questions, passages, orderings, own, max_new_tokens=max_new_tokens)
+    res: list[OutcomeResult] = []
+    for i, run in enumerate(runs):
+        keep = [m for m, a in enumerate(run.answers) if a.strip()]
+        v = np.full(len(orderings[i]), np.nan)
         if keep:
-            qs.append(q)
-            ps.append(p)
-            ods.append([o[m] for m in keep])
-            ans.append([outs[m] for m in keep])
-            owner.append((i, keep))
-    res = generator.score_orderings(qs, ps, ods, ans) if qs else []
-    vals = [np.full(len(o), np.nan) for o in orderings]
-    calls = [len(o) * gen_calls for o in orderings]
-    for (i, keep), r in zip(owner, res):
-        vals[i][keep] = np.asarray(r.mean, dtype=np.float64)
-        calls[i] += len(keep)
-    out = []
-    for i, v in enumerate(vals):
-        if np.all(np.isnan(v)):
-            v = np.zeros_like(v)
-        else:
-            v = np.where(np.isnan(v), np.nanmin(v), v)
-        out.append(OutcomeResult(values=v, answers=list(sampled[i]), target=None, generator_calls=calls[i]))
-    return out
+            v[keep] = np.asarray(run.scores[0].mean, dtype=np.float64)[keep]
+        v = np.zeros_like(v) if np.all(np.isnan(v)) else np.where(np.isnan(v), np.nanmin(v), v)
+        res.append(OutcomeResult(values=v, answers=list(run.answers), target=None,
+                                 generator_calls=len(orderings[i]) + len(keep)))
+    return res
 
 
 def full_answer_outcomes(
@@ -345,17 +268,14 @@ def full_answer_outcomes(
     orderings: Sequence[Sequence[Sequence[int]]],
     answers: Sequence[Sequence[str]] | None = None,
     max_new_tokens: int = 16,
-    reuse_cache: bool = True,
 ) -> list[OutcomeResult]:
     """``full_answer``: the full prompt's greedy answer, scored under every intervention.
 
     The full prompt holds all passages in the given order; its answer is generated once per query
     (:meth:`Generator.answer`, one batched call) and then scored under each intervention with
     :meth:`Generator.score_orderings` (shared prefix once): ``M + 1`` sequences. A query whose full
-    answer is empty gets zero outcomes (no signal) and a warning. ``reuse_cache`` is accepted for a
-    uniform signature (the scoring always reuses the shared prefix).
+    answer is empty gets zero outcomes (no signal) and a warning.
     """
-    del reuse_cache
     finals = generator.answer(list(questions), [list(p) for p in passages], max_new_tokens=max_new_tokens)
     live = [i for i, a in enumerate(finals) if a.strip()]
     res = generator.score_orderings([questions[i] for i in live], [passages[i] for i in live],
@@ -395,6 +315,117 @@ def question_outcomes(
                           generator_calls=len(o)) for r, o in zip(res, orderings)]
 
 
+@dataclass(frozen=True)
+class Outcome:
+    """One MoI outcome as an object: calling it runs the outcome on a batch of queries.
+
+    ``outcome(generator, questions, passages, orderings, answers) -> list[OutcomeResult]``, the
+    signature a plain function outcome has too. Class attributes: ``name``; ``needs_answers``
+    (reads the reference answers: an oracle); ``per_round`` (``False`` when its values depend on
+    every intervention run so far, so an adaptive budget recomputes them each round).
+    """
+
+    name: ClassVar[str] = ""
+    needs_answers: ClassVar[bool] = False
+    per_round: ClassVar[bool] = True
+
+    def __call__(self, generator: GeneratorLike, questions: Sequence[str], passages: Sequence[Sequence[Passage]],
+                 orderings: Sequence[Sequence[Sequence[int]]],
+                 answers: Sequence[Sequence[str]] | None = None) -> list[OutcomeResult]:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class Question(Outcome):
+    """``question``: the question's mean log-prob after each intervention's passages (:func:`question_outcomes`)."""
+
+    name: ClassVar[str] = "question"
+
+    def __call__(self, generator: GeneratorLike, questions: Sequence[str], passages: Sequence[Sequence[Passage]],
+                 orderings: Sequence[Sequence[Sequence[int]]],
+                 answers: Sequence[Sequence[str]] | None = None) -> list[OutcomeResult]:
+        return question_outcomes(generator, questions, passages, orderings)
+
+
+@dataclass(frozen=True)
+class Consensus(Outcome):
+    """``consensus``: the majority answer's mean log-prob under each ordering (:func:`consensus_outcomes`;
+    answers of ``max_new_tokens``, at most ``max_tied`` tied answers scored). Its target depends on
+    every intervention, so an adaptive budget recomputes it each round."""
+
+    name: ClassVar[str] = "consensus"
+    per_round: ClassVar[bool] = False
+    max_new_tokens: int = 16
+    max_tied: int = 3
+
+    def __call__(self, generator: GeneratorLike, questions: Sequence[str], passages: Sequence[Sequence[Passage]],
+                 orderings: Sequence[Sequence[Sequence[int]]],
+                 answers: Sequence[Sequence[str]] | None = None) -> list[OutcomeResult]:
+        return consensus_outcomes(generator, questions, passages, orderings, max_new_tokens=self.max_new_tokens,
+                                  max_tied=self.max_tied)
+
+
+@dataclass(frozen=True)
+class Confidence(Outcome):
+    """``confidence``: each ordering's own greedy answer's mean log-prob (:func:`confidence_outcomes`)."""
+
+    name: ClassVar[str] = "confidence"
+    max_new_tokens: int = 16
+
+    def __call__(self, generator: GeneratorLike, questions: Sequence[str], passages: Sequence[Sequence[Passage]],
+                 orderings: Sequence[Sequence[Sequence[int]]],
+                 answers: Sequence[Sequence[str]] | None = None) -> list[OutcomeResult]:
+        return confidence_outcomes(generator, questions, passages, orderings, max_new_tokens=self.max_new_tokens)
+
+
+@dataclass(frozen=True)
+class FullAnswer(Outcome):
+    """``full_answer``: the full prompt's greedy answer scored under each intervention
+    (:func:`full_answer_outcomes`)."""
+
+    name: ClassVar[str] = "full_answer"
+    max_new_tokens: int = 16
+
+    def __call__(self, generator: GeneratorLike, questions: Sequence[str], passages: Sequence[Sequence[Passage]],
+                 orderings: Sequence[Sequence[Sequence[int]]],
+                 answers: Sequence[Sequence[str]] | None = None) -> list[OutcomeResult]:
+        return full_answer_outcomes(generator, questions, passages, orderings, max_new_tokens=self.max_new_tokens)
+
+
+@dataclass(frozen=True)
+class Gold(Outcome):
+    """``gold``: the reference answer's best mean log-prob over its aliases (:func:`gold_outcomes`; an oracle)."""
+
+    name: ClassVar[str] = "gold"
+    needs_answers: ClassVar[bool] = True
+
+    def __call__(self, generator: GeneratorLike, questions: Sequence[str], passages: Sequence[Sequence[Passage]],
+                 orderings: Sequence[Sequence[Sequence[int]]],
+                 answers: Sequence[Sequence[str]] | None = None) -> list[OutcomeResult]:
+        if answers is None:
+            raise ValueError("the 'gold' outcome needs reference answers (answers_list); "
+                             "use outcome='question' (the default) for label-free reranking")
+        return gold_outcomes(generator, questions, passages, orderings, answers)
+
+
+OUTCOME_TYPES: dict[str, type[Outcome]] = {o.name: o for o in (Question, Consensus, Confidence, FullAnswer, Gold)}
+"""Outcome classes by name (the names of :data:`OUTCOMES`)."""
+
+
+def outcome_from_name(name: str | Outcome | OutcomeFn, **settings: Any) -> Outcome | OutcomeFn:
+    """The outcome object of a name with those of ``settings`` (``max_new_tokens``, ``max_tied``) it
+    takes; an :class:`Outcome` or a function is returned as is."""
+    if not isinstance(name, str):
+        if not callable(name):
+            raise ValueError(f"unknown outcome {name!r}; choose one of {OUTCOMES} or pass a callable")
+        return name
+    if name not in OUTCOME_TYPES:
+        raise ValueError(f"unknown outcome {name!r}; choose one of {OUTCOMES} or pass a callable")
+    cls = OUTCOME_TYPES[name]
+    own = {f.name for f in fields(cls)}
+    return cls(**{k: v for k, v in settings.items() if k in own and v is not None})
+
+
 def compute_outcomes(
     kind: str | OutcomeFn,
     generator: GeneratorLike,
@@ -402,27 +433,9 @@ def compute_outcomes(
     passages: Sequence[Sequence[Passage]],
     orderings: Sequence[Sequence[Sequence[int]]],
     answers: Sequence[Sequence[str]] | None = None,
-    **kwargs: Any,
+    **settings: Any,
 ) -> list[OutcomeResult]:
-    """Dispatch by outcome name, or call a user function with the same signature as the built-ins.
-
-    A callable ``kind(generator, questions, passages, orderings, answers) -> list[OutcomeResult]``
-    lets synthetic oracles (tests) or other outcome definitions plug in.
-    """
-    if callable(kind):
-        return kind(generator, questions, passages, orderings, answers)
-    if kind == "gold":
-        if answers is None:
-            raise ValueError("the 'gold' outcome needs reference answers (answers_list); "
-                             "use outcome='question' (the default) for label-free reranking")
-        return gold_outcomes(generator, questions, passages, orderings, answers)
-    if kind == "consensus":
-        return consensus_outcomes(generator, questions, passages, orderings, answers, **kwargs)
-    if kind == "confidence":
-        return confidence_outcomes(generator, questions, passages, orderings, answers, **kwargs)
-    if kind == "full_answer":
-        kwargs.pop("max_tied", None)
-        return full_answer_outcomes(generator, questions, passages, orderings, answers, **kwargs)
-    if kind == "question":
-        return question_outcomes(generator, questions, passages, orderings, answers, **kwargs)
-    raise ValueError(f"unknown outcome {kind!r}; choose one of {OUTCOMES} or pass a callable")
+    """Run an outcome given by name (with ``settings``: ``max_new_tokens``, ``max_tied``), as an
+    :class:`Outcome` object, or as a function with the same signature (synthetic oracles in tests,
+    other outcome definitions)."""
+    return outcome_from_name(kind, **settings)(generator, questions, passages, orderings, answers)

@@ -15,27 +15,27 @@ spec                      reranker
 ``random``                :class:`~ragkit.debias.baselines.RandomReranker` (chance level, seeded)
 ``moi``                   :class:`~ragkit.debias.reranker.MoIReranker` with its default: leave-one-out
                           presence design, ``question`` outcome (query likelihood; k + 1 sequences),
-                          chosen on HotpotQA train (issue 20; :mod:`ragkit.debias.moi`)
-``moi_cyclic``            MoI, cyclic design (M = k), ``consensus`` (the default before issue 20)
+                          chosen on HotpotQA train (:mod:`ragkit.debias.moi`)
+``moi_cyclic``            MoI, cyclic design (M = k), ``consensus`` (the former default)
 ``moi_prior``             MoI, prior design (M = 3), ``consensus``
-``moi_random``            MoI, random design (M = k), ``consensus``
 ``moi_confidence``        MoI, cyclic design, ``confidence`` outcome
 ``moi_gold``              MoI, cyclic design, ``gold`` outcome (reads reference answers: an oracle)
-``moi_auto``              MoI, cyclic orderings added in rounds until the top is stable (``budget="auto"``)
 ``moi_loo``               MoI, leave-one-out presence design, ``full_answer`` outcome (k + 1 sequences)
-``moi_ablate``            MoI, 2k random keep-masks + Lasso surrogate (ContextCite), ``full_answer``
-``moi_mixed``             MoI, random keep-masks in random orders (presence and slot), ``full_answer``
 ``moi_loo_gold``          MoI, leave-one-out, ``gold`` outcome (labels; an oracle)
-``moi_loo_q``             MoI, leave-one-out, ``question`` outcome (the same as ``moi``)
-``moi_ablate_q``          MoI, 2k random keep-masks, ``question`` outcome
+``moi_loo_q``             the same as ``moi``, under the name its published results carry
 ``moi_masked``            MoI, leave-one-out estimated from one prefill with each passage masked out
                           (:mod:`ragkit.debias.masked_loo`; about UPR's tokens, an approximation)
 ``upr``                   :class:`~ragkit.debias.upr.UPRReranker`: mean log p(question | one passage),
                           one sequence per passage (Sachan et al., EMNLP 2022)
 ``icr``                   :class:`~ragkit.debias.icr.ICRReranker`: calibrated query-to-passage attention,
                           two passes for all passages (Chen et al., ICLR 2025)
+``moi_attn``              :class:`~ragkit.debias.attention_probe.AttentionProbeReranker`: a ridge probe over
+                          per-head question-to-passage attention fitted to leave-one-out, one generator pass
+                          (AT2, arXiv 2504.13752; ICR); option ``probe`` (default: the committed probe)
 ``student:PATH``          :class:`~ragkit.debias.student.DistilledReranker` saved by ``ragkit distill``
 ``cross-encoder:NAME``    :class:`~ragkit.debias.cross_encoder.CrossEncoderReranker` (folder or hub id)
+``llm:MODEL``             :class:`~ragkit.debias.llm_reranker.LLMReranker`: a causal LM's yes/no
+                          relevance logit through its chat template (folder or hub id)
 ========================  ==========================================================================
 
 Methods (:func:`get_method`; reranker, placement, answerer):
@@ -49,10 +49,12 @@ name                      what it does
 ``random``                a random permutation (seeded) as ranking and prompt order (chance level)
 ``voting``                greedy answer per cyclic rotation, majority answer; ranking = retriever's
 ``psc_borda``/``psc_rrf`` permutation self-consistency over the cyclic rotations; ranking = PSC's
-``moi``...``moi_ablate_q`` the MoI reranker of the same name, bias-aware placement, one answer
+``moi``...``moi_masked``  the MoI reranker of the same name, bias-aware placement, one answer
 ``upr`` / ``icr``         the reranker's ranking, ranking order, one answer
+``moi_attn``              the attention probe's ranking, ranking order, one answer
 ``student:PATH``          the distilled student's ranking, ranking order, one answer
 ``cross-encoder:NAME``    a cross-encoder's ranking, ranking order, one answer
+``llm:MODEL``             an LLM's yes/no relevance ranking, ranking order, one answer
 ========================  ==========================================================================
 
 Placement baselines keep the retriever's ranking because they only move passages inside the
@@ -95,31 +97,30 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
+#: MoI presets: the default and the settings behind a documented result (other designs and budgets
+#: are MoI settings: ``get_reranker("moi", gen, design="ablate", budget="auto")``).
 _MOI_RERANKERS: dict[str, dict[str, Any]] = {
     "moi": {"design": "loo", "outcome": "question"},
     "moi_cyclic": {"design": "cyclic", "outcome": "consensus"},
     "moi_prior": {"design": "prior", "budget": 3, "outcome": "consensus"},
-    "moi_random": {"design": "random", "outcome": "consensus"},
     "moi_confidence": {"design": "cyclic", "outcome": "confidence"},
     "moi_gold": {"design": "cyclic", "outcome": "gold"},
-    "moi_auto": {"design": "cyclic", "budget": "auto", "outcome": "consensus"},
     "moi_loo": {"design": "loo", "outcome": "full_answer"},
-    "moi_ablate": {"design": "ablate", "outcome": "full_answer"},
-    "moi_mixed": {"design": "mixed", "outcome": "full_answer"},
     "moi_loo_gold": {"design": "loo", "outcome": "gold"},
     "moi_loo_q": {"design": "loo", "outcome": "question"},
-    "moi_ablate_q": {"design": "ablate", "outcome": "question"},
     "moi_masked": {"design": "loo", "outcome": masked_question_outcomes},
 }
 _LM_RERANKERS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     # name: (module, class, settings it takes)
     "upr": ("ragkit.debias.upr", "UPRReranker", ()),
     "icr": ("ragkit.debias.icr", "ICRReranker", ("calibration_query", "n_std")),
+    "moi_attn": ("ragkit.debias.attention_probe", "AttentionProbeReranker", ("probe",)),
 }
 RERANKER_NAMES: tuple[str, ...] = ("none", "random", *_MOI_RERANKERS, *_LM_RERANKERS)
 """Fixed reranker specs; ``student:PATH`` and ``cross-encoder:NAME`` take an argument."""
-_PATTERNS = ("student:PATH", "cross-encoder:NAME")
-_ENCODER_KW = ("device", "batch_size", "max_length", "long_docs")
+_PATTERNS = ("student:PATH", "cross-encoder:NAME", "llm:MODEL")
+_ARG_KINDS = ("student", "cross-encoder", "llm")
+_ENCODER_KW = ("device", "batch_size", "max_length", "long_docs", "backend")
 
 
 @dataclass(frozen=True)
@@ -134,8 +135,8 @@ class Preset:
 
     @property
     def loads_encoder(self) -> bool:
-        """Whether the reranker is a cross-encoder (takes ``device`` / ``batch_size``)."""
-        return parse_reranker(self.reranker)[0] in ("student", "cross-encoder")
+        """Whether the reranker loads a model of its own (takes ``device`` / ``batch_size``)."""
+        return parse_reranker(self.reranker)[0] in _ARG_KINDS
 
 
 PRESETS: dict[str, Preset] = {p.name: p for p in (
@@ -148,6 +149,8 @@ PRESETS: dict[str, Preset] = {p.name: p for p in (
     Preset("psc_rrf", "none", "none", "psc_rrf", "permutation self-consistency, RRF"),
     Preset("upr", "upr", "none", "single", "UPR: question likelihood given each passage alone; answer once"),
     Preset("icr", "icr", "none", "single", "ICR: calibrated query-to-passage attention; answer once"),
+    Preset("moi_attn", "moi_attn", "none", "single",
+           "attention probe fitted to MoI leave-one-out, one generator pass; answer once"),
     *(Preset(n, n, "bias_aware", "single", f"MoI ({kw['design']} design, "
                                            f"{getattr(kw['outcome'], '__name__', kw['outcome'])} outcome)")
       for n, kw in _MOI_RERANKERS.items()),
@@ -187,11 +190,11 @@ def parse_reranker(spec: str) -> tuple[str, str | None]:
         if spec in RERANKER_NAMES:
             return spec, None
         raise ValueError(f"unknown reranker {spec!r}; choose one of {', '.join(available_rerankers())}")
-    if kind not in ("student", "cross-encoder"):
+    if kind not in _ARG_KINDS:
         raise ValueError(f"unknown reranker {spec!r}; choose one of {', '.join(available_rerankers())}")
     if not arg.strip():
         raise ValueError(f"{spec!r} names no model; write {kind}:PATH" if kind == "student"
-                         else f"{spec!r} names no model; write cross-encoder:NAME (folder or hub id)")
+                         else f"{spec!r} names no model; write {kind}:NAME (folder or hub id)")
     if kind == "student" and not Path(arg).is_dir():
         raise ValueError(f"{spec!r}: no such student folder {arg!r}; train one with `ragkit distill --out DIR`")
     return kind, arg
@@ -208,7 +211,7 @@ def resolve_method(name: str) -> Preset:
     """
     if name in PRESETS:
         return PRESETS[name]
-    if isinstance(name, str) and ":" in name and name.partition(":")[0] in ("student", "cross-encoder"):
+    if isinstance(name, str) and ":" in name and name.partition(":")[0] in _ARG_KINDS:
         parse_reranker(name)
         return Preset(name, name, "none", "single", f"{name.partition(':')[0]} ranking; answer once")
     raise ValueError(f"unknown method {name!r}; choose one of {', '.join(available_methods())}")
@@ -228,9 +231,10 @@ def get_reranker(spec: str | Reranker, generator: GeneratorLike | None = None, *
     **kwargs
         ``seed`` (random, MoI); any :class:`~ragkit.debias.MoIReranker` argument for MoI
         (``profile``, ``lam``, ``budget``, ``design``, ``max_new_tokens``, ...); ``device``,
-        ``batch_size`` and ``long_docs`` (:class:`~ragkit.debias.long_docs.LongDocs`) for
-        ``student:`` and ``cross-encoder:``, ``max_length`` for ``cross-encoder:``. A keyword the
-        reranker does not take is an error naming it.
+        ``batch_size``, ``long_docs`` (:class:`~ragkit.debias.long_docs.LongDocs`) and ``backend``
+        (``torch``, ``onnx``, ``onnx-int8``) for ``student:`` and ``cross-encoder:``, ``max_length`` for
+        ``cross-encoder:``; ``device``, ``dtype``, ``batch_size``, ``max_length``, ``long_docs`` and
+        ``instruction`` for ``llm:``. A keyword the reranker does not take is an error naming it.
     """
     if isinstance(spec, Reranker):
         return spec
@@ -265,10 +269,19 @@ def get_reranker(spec: str | Reranker, generator: GeneratorLike | None = None, *
         return getattr(importlib.import_module(module), cls)(generator, **kw)
     assert arg is not None
     if kind == "student":
+        from ragkit.debias.bi_encoder import BiEncoderReranker, is_bi_encoder_folder
         from ragkit.debias.student import DistilledReranker
 
-        reject(("device", "batch_size", "long_docs"))  # max_length is the student's own, saved with it
+        if is_bi_encoder_folder(arg):  # `ragkit distill --student bi-encoder`: cosine of the fine-tuned embedder
+            reject(("device", "batch_size"))
+            return BiEncoderReranker.load(arg, **kw)
+        reject(("device", "batch_size", "long_docs", "backend"))  # max_length is the student's own, saved with it
         return DistilledReranker.load(arg, **kw)
+    if kind == "llm":
+        from ragkit.debias.llm_reranker import LLMReranker
+
+        reject(("device", "dtype", "batch_size", "max_length", "long_docs", "instruction"))
+        return LLMReranker.from_pretrained(arg, **kw)
     from ragkit.debias.cross_encoder import CrossEncoderReranker
 
     reject(_ENCODER_KW)
@@ -357,7 +370,7 @@ class Method:
         if top_k is not None and top_k < 1:
             raise ValueError(f"top_k must be >= 1 (or None for all passages), got {top_k}")
         self.prune = placement == "prune"
-        if self.prune and getattr(getattr(reranker, "moi", None), "design", None) != "loo":
+        if self.prune and getattr(getattr(getattr(reranker, "moi", None), "design", None), "name", None) != "loo":
             raise ValueError("the prune placement keeps passages by their leave-one-out utility; use it after an "
                              "MoI reranker with the loo design (e.g. get_method('moi', gen, placement='prune'))")
         placement = "none" if self.prune else check_placement(placement)
@@ -380,6 +393,23 @@ class Method:
         if self.placement != "bias_aware":
             return None
         return self.profile if self.profile is not None else self.reranker.profile_for(k)  # type: ignore[attr-defined]
+
+    def profiles_used(self) -> list[dict[str, Any]]:
+        """Where the position profiles used so far (placement's and the reranker's) came from.
+
+        One entry per distinct profile: ``source`` (file, cache, calibrated, embedded, flat, given),
+        the file's ``path`` and ``sha256`` when there is one, and its model, template and ``k``.
+        """
+        found: list[dict[str, Any]] = []
+        if self.placement == "bias_aware" and self.profile is not None and hasattr(self.profile, "provenance"):
+            found.append(self.profile.provenance)
+        if hasattr(self.reranker, "profiles_used"):
+            found.extend(self.reranker.profiles_used())
+        out: list[dict[str, Any]] = []
+        for p in found:
+            if p not in out:
+                out.append(p)
+        return out
 
     def run_many(
         self,

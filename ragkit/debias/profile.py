@@ -26,7 +26,7 @@ Biometrika 1994; ``z = 1.96`` by default, ``z = 0`` gives the raw slot means). S
 shrink to the same value tie, and bias-aware placement fills tied slots in slot order, so a
 profile flat within its noise places a ranking best first.
 
-Which profile MoI uses (:meth:`PositionProfile.for_generator`, issue 14 item 5), per
+Which profile MoI uses (:meth:`PositionProfile.for_generator`), per
 (model, template, k):
 
 1. a profile cached under ``$RAGKIT_CACHE/profiles/`` (written by :meth:`PositionProfile.save_cached`,
@@ -40,6 +40,12 @@ Which profile MoI uses (:meth:`PositionProfile.for_generator`, issue 14 item 5),
 4. otherwise (the default, since calibration costs minutes on CPU for larger models) the flat
    profile, with a warning naming ``ragkit bias-profile``. The presence designs (``loo``,
    ``ablate``, ``mixed``) do not need a profile to rank; the permutation designs do.
+
+Every profile carries where it came from (:attr:`PositionProfile.provenance`: ``source`` one of
+``file``, ``cache``, ``calibrated``, ``embedded``, ``flat``, ``given``; ``path`` and ``sha256`` of
+the file it was read from or cached to), which the eval, rerank and ask reports record: a cached
+profile changes later results, so a report must say which one it used. It is kept out of
+the saved JSON (:meth:`PositionProfile.to_dict` with ``provenance=False``).
 """
 
 from __future__ import annotations
@@ -80,6 +86,16 @@ def profile_cache_path(model: str, template: str, k: int) -> Path:
     slug = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(str(model)).name or str(model)).strip("_")[-60:] or "model"
     digest = hashlib.sha1(f"{model}|{template}|{int(k)}".encode()).hexdigest()[:10]
     return cache_dir() / "profiles" / f"{slug}-{template}-k{int(k)}-{digest}.json"
+
+
+def _file_provenance(source: str, path: str | os.PathLike[str]) -> dict[str, Any]:
+    """``{"source", "path", "sha256"}`` of a profile file (its bytes' SHA-256)."""
+    p = Path(path)
+    try:
+        digest: str | None = hashlib.sha256(p.read_bytes()).hexdigest()
+    except OSError:
+        digest = None
+    return {"source": source, "path": str(p.resolve()), "sha256": digest}
 
 
 def _generator_key(generator: GeneratorLike) -> tuple[str, str]:
@@ -314,11 +330,33 @@ class PositionProfile:
 
     # ------------------------------------------------------------------ cache
     def save_cached(self) -> Path:
-        """Save under :func:`profile_cache_path` of this profile's (model, template, k); return the path."""
+        """Save under :func:`profile_cache_path` of this profile's (model, template, k); return the path.
+
+        From then on :meth:`for_generator` returns it for that (model, template, k): it becomes the
+        default of MoI and bias-aware placement for that model.
+        """
         path = profile_cache_path(self.model, self.template, self.k)
         path.parent.mkdir(parents=True, exist_ok=True)
         self.save(path)
         return path
+
+    @property
+    def provenance(self) -> dict[str, Any]:
+        """Where this profile came from: ``{"source", "path"?, "sha256"?, "model", "template", "k"}``."""
+        prov = dict(self.meta.get("provenance") or {"source": self.meta.get("kind") or "given"})
+        prov.update({"model": self.model, "template": self.template, "k": self.k})
+        if "resized_from" in self.meta:
+            prov["resized_from"] = self.meta["resized_from"]
+        return prov
+
+    def with_provenance(self, source: str, path: str | os.PathLike[str] | None = None) -> PositionProfile:
+        """This profile marked as coming from ``source`` (and the file ``path``, hashed)."""
+        import copy
+
+        prov = _file_provenance(source, path) if path is not None else {"source": source}
+        out = copy.copy(self)  # not the constructor: it would renormalise the weights (last-bit drift)
+        object.__setattr__(out, "meta", {**self.meta, "provenance": prov})
+        return out
 
     @classmethod
     def cached(cls, model: str, template: str, k: int) -> PositionProfile | None:
@@ -330,7 +368,7 @@ class PositionProfile:
         if prof.k != k:
             raise ValueError(f"cached profile {path} has k={prof.k}, expected {k}; delete it and re-run "
                              "`ragkit bias-profile`")
-        return prof
+        return prof.with_provenance("cache", path)
 
     @classmethod
     def for_generator(
@@ -366,7 +404,8 @@ class PositionProfile:
             prof = cls.recency(k, model=name, template=tmpl)
             return cls(prof.weights, model=name, template=tmpl, k=k,
                        meta={**prof.meta, "data": "recency shape measured on SmolLM2-135M-Instruct "
-                                                   "(30 HotpotQA dev questions, short template)"})
+                                                   "(30 HotpotQA dev questions, short template)",
+                             "provenance": {"source": "embedded"}})
         if calibrate:
             if records is None:
                 from ragkit.datasets import SAMPLE_HOTPOTQA, sample_records
@@ -380,7 +419,7 @@ class PositionProfile:
             prof = cls.calibrate(generator, usable, k=k, seed=seed, data=data)
             path = prof.save_cached()
             logger.info("saved the position profile to %s", path)
-            return prof
+            return prof.with_provenance("calibrated", path)
         if (name, tmpl, k) in _WARNED:
             return cls.flat(k, model=name, template=tmpl)
         _WARNED.add((name, tmpl, k))
@@ -410,10 +449,11 @@ class PositionProfile:
         """Slots from the heaviest to the lightest (ties: earlier slot first)."""
         return sorted(range(self.k), key=lambda j: (-float(self.weights[j]), j))
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
+    def to_dict(self, provenance: bool = True) -> dict[str, Any]:
+        """JSON-ready form (``provenance=False``: without where this copy came from, as files are saved)."""
+        meta = {k: v for k, v in self.meta.items() if provenance or k != "provenance"}
         return {"weights": self.weights.tolist(), "model": self.model, "template": self.template,
-                "k": self.k, "meta": dict(self.meta)}
+                "k": self.k, "meta": meta}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> PositionProfile:
@@ -460,7 +500,7 @@ class PositionProfile:
         """Write the profile as JSON (atomically)."""
         from ragkit.io import write_json
 
-        write_json(path, self.to_dict())
+        write_json(path, self.to_dict(provenance=False))
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> PositionProfile:
@@ -480,7 +520,7 @@ class PositionProfile:
             raise ValueError(f"{path} is not a position profile (a JSON {type(data).__name__}, expected an "
                              "object with 'weights'); write one with `ragkit bias-profile --out FILE`")
         try:
-            return cls.from_dict(data)
+            return cls.from_dict(data).with_provenance("file", path)
         except ValueError as e:
             raise ValueError(f"{path}: {e}") from None
 

@@ -6,8 +6,9 @@ from typing import Any
 
 import numpy as np
 
+from ragkit.debias.interventions import Design
 from ragkit.debias.moi import MoI, MoIResult
-from ragkit.debias.outcomes import OutcomeFn
+from ragkit.debias.outcomes import Outcome, OutcomeFn
 from ragkit.debias.profile import PositionProfile
 from ragkit.generation.base import GeneratorLike, metered
 from ragkit.reranking import Reranker
@@ -24,29 +25,29 @@ class MoIReranker(Reranker):
     scores), when given, are the prior of the permutation designs' ridge estimator, of the blend
     and of the fallback. By default each passage's utility is the drop in the question's
     likelihood when that passage is left out (``design="loo"``, ``outcome="question"``: ``k + 1``
-    sequences, no generation), the design chosen on HotpotQA train questions (MRR@10 0.914 vs
-    0.485 for the given order with Qwen2.5-Coder-0.5B, 0.842 with SmolLM2-135M;
-    ``benchmarks/results/moi_designs_train-qwen-cpu.json``, ``moi_designs_train-cpu.json``; see
-    :mod:`ragkit.debias.moi`). Each returned ranking's ``info`` (:class:`~ragkit.types.RankInfo`)
-    holds its generator cost (sequences, forward passes, tokens), whether MoI fell back to the
-    input order and why, and in ``details`` the rest of its :class:`MoIResult` (see
-    :func:`moi_details`). With the ``gold`` outcome (an oracle) the reference answers come from the
-    :class:`Query` objects (:attr:`needs_answers` is then ``True``).
+    sequences, no generation): of the designs tried on HotpotQA train questions (never on the
+    questions results are reported on) it ranked the gold passages best, with two generators, at
+    ``k + 1`` sequences a query; :mod:`ragkit.debias.moi` says how the default was chosen. Each
+    returned ranking's ``info`` (:class:`~ragkit.types.RankInfo`) holds its generator cost
+    (sequences, forward passes, tokens), whether MoI fell back to the input order and why, and in
+    ``details`` the rest of its :class:`MoIResult` (see :func:`moi_details`). With the ``gold``
+    outcome (an oracle) the reference answers come from the :class:`Query` objects
+    (:attr:`needs_answers` is then ``True``).
 
     Parameters
     ----------
     generator
         A :class:`ragkit.generation.Generator`.
-    design, budget, outcome, profile, lam, placement, seed
-        As in :class:`ragkit.debias.MoI` (defaults: ``loo`` (k + 1 prompts), ``question``
-        outcome, the model's own profile for the placement). The former default is
-        ``design="cyclic", outcome="consensus"`` (preset ``moi_cyclic``).
-    max_new_tokens
-        Length of the per-ordering (and final) answers.
+    design, outcome
+        As in :class:`ragkit.debias.MoI`: design and outcome objects, or their names (defaults:
+        ``loo``, k + 1 prompts, and the ``question`` outcome; ``design="cyclic",
+        outcome="consensus"`` is the preset ``moi_cyclic``).
     generate_answer
         Also generate the final answer from the bias-aware order (``info.details["answer"]``).
-    **moi_kwargs
-        Any other :class:`ragkit.debias.MoI` argument (``head``, ``max_tied``, ...).
+    **settings
+        Any setting of :meth:`ragkit.debias.MoI.from_settings`: ``budget``, ``lam``, ``head``,
+        ``max_tied``, ... (read by the design or outcome they belong to), ``profile``,
+        ``placement``, ``blend``, ``fallback``, ``seed``, ``max_new_tokens``.
 
     Examples
     --------
@@ -60,21 +61,14 @@ class MoIReranker(Reranker):
     def __init__(
         self,
         generator: GeneratorLike | None,
-        design: str = "loo",
-        budget: int | str | None = None,
-        outcome: str | OutcomeFn = "question",
-        profile: PositionProfile | None = None,
-        lam: float = 0.1,
-        placement: str = "bias_aware",
-        seed: int = 0,
+        design: Design | str = "loo",
+        outcome: Outcome | str | OutcomeFn = "question",
         generate_answer: bool = False,
-        max_new_tokens: int = 16,
-        **moi_kwargs: Any,
+        **settings: Any,
     ) -> None:
-        self.moi = MoI(generator, design=design, budget=budget, outcome=outcome, lam=lam, profile=profile,
-                       placement=placement, seed=seed, max_new_tokens=max_new_tokens, **moi_kwargs)
+        self.moi = MoI.from_settings(generator, design, outcome, **settings)
         self.generate_answer = generate_answer
-        self.needs_answers = outcome == "gold"
+        self.needs_answers = bool(getattr(self.moi.outcome, "needs_answers", False))
 
     @property
     def generator(self) -> Any:
@@ -84,6 +78,10 @@ class MoIReranker(Reranker):
     def profile_for(self, k: int) -> PositionProfile:
         """The position profile MoI uses for ``k`` passages (also the one bias-aware placement needs)."""
         return self.moi.profile_for(k)
+
+    def profiles_used(self) -> list[dict[str, Any]]:
+        """Where the profiles MoI has used came from (path and SHA-256 of a file or cached profile)."""
+        return self.moi.profiles_used()
 
     def _rank_many(
         self,
@@ -124,6 +122,6 @@ def moi_details(result: MoIResult, moi: MoI | None = None) -> dict[str, Any]:
         "rounds": int(result.rounds),
     }
     if moi is not None:
-        out["design"] = moi.design
-        out["outcome"] = moi.outcome if isinstance(moi.outcome, str) else getattr(moi.outcome, "__name__", "custom")
+        out["design"] = moi.design.name
+        out["outcome"] = getattr(moi.outcome, "name", None) or getattr(moi.outcome, "__name__", "custom")
     return out

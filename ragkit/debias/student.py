@@ -6,6 +6,34 @@ its utilities on training questions become the targets of a cross-encoder ``f(q,
 each (question, passage) pair once (training: :mod:`ragkit.training.distill`). This module holds
 the inference side only, so evaluation, serving and the pipeline load a student without importing
 the trainers.
+
+Residual student (:class:`ResidualReranker`)
+--------------------------------------------
+
+A student trained from a fresh scoring head must first learn everything the first stage already
+knows; on a few hundred questions it ends below the retriever it replaces. The residual student
+keeps the retriever's order as a prior and learns only a correction:
+
+    s(q, p_i) = w · z_i + f(q, p_i),    z = (r − mean(r)) / std(r)   (per query; 0 when std = 0)
+
+with ``r`` the first stage's evidence for the passages of one query and ``f`` a cross-encoder
+whose scoring head (the final linear layer) is initialised at zero, so that ``f ≡ 0`` and the
+student ranks exactly like the retriever before any training step; gradients reach the head at
+once (``∂s/∂W = h``, the encoder's pooled state) and the encoder from the second step on.
+
+``r`` (``prior``, saved with the student):
+
+* ``"rank"`` (default): ``r_i = −i``, the passage's position in the given (retriever) order. It
+  needs no score, is the same at training time (label files keep the retriever order, not its
+  scores) and at serving time (documents arrive in retriever order), and is immune to the scale
+  of BM25 versus cosine scores.
+* ``"score"``: the retriever scores passed to :meth:`rank_many` (z-scored per query), falling
+  back to ``"rank"`` when a call has none.
+
+Training: :func:`ragkit.training.distill.train_residual_student`. Saved folders are ordinary
+distilled-reranker folders (``ragkit_distill.json`` names ``student: residual``), so
+:meth:`DistilledReranker.load`, ``student:PATH`` and ``ragkit serve`` load them as residual
+students; ``sentence_transformers.CrossEncoder(path)`` loads the correction ``f`` alone.
 """
 
 from __future__ import annotations
@@ -13,18 +41,23 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
+from ragkit.debias.calibration import PlattCalibration
 from ragkit.debias.cross_encoder import CrossEncoderReranker
 from ragkit.debias.long_docs import LongDocs
 from ragkit.io import atomic_dir, parse_json
+from ragkit.types import Passage, Query, RankedList
 
 if TYPE_CHECKING:  # pragma: no cover
     from sentence_transformers import CrossEncoder
 
-__all__ = ["DistilledReranker", "META_FILE", "model_card"]
+__all__ = ["DistilledReranker", "META_FILE", "PRIORS", "ResidualReranker", "model_card", "normalised_prior",
+           "zero_head"]
 
 logger = logging.getLogger(__name__)
 
@@ -174,13 +207,14 @@ class DistilledReranker(CrossEncoderReranker):
     def from_pretrained(
         cls, name_or_path: str | os.PathLike[str], *, device: str = "auto", batch_size: int = 64,
         max_length: int | None = None, max_batch_tokens: int | None = None, forward_cost_tokens: int = 128,
-        long_docs: LongDocs | None = None,
+        long_docs: LongDocs | None = None, backend: str = "torch",
     ) -> DistilledReranker:
         """A student from a local folder or a Hugging Face Hub id, or any one-output cross-encoder.
 
         A folder written by :meth:`save_pretrained` (it holds ``ragkit_distill.json``) loads with its
         training metadata (:meth:`load`); so does a hub repository made by :meth:`push_to_hub`.
         Anything else that ``sentence_transformers.CrossEncoder`` loads is wrapped as is.
+        ``backend``: ``"torch"``, ``"onnx"`` or ``"onnx-int8"`` (:meth:`with_backend`).
         """
         p = Path(name_or_path)
         if p.is_dir() and (p / META_FILE).exists():
@@ -188,7 +222,7 @@ class DistilledReranker(CrossEncoderReranker):
                                forward_cost_tokens=forward_cost_tokens, long_docs=long_docs)
             if max_length is not None:
                 student.model.max_length = max_length
-            return student
+            return student.with_backend(backend, source=str(p))
         meta: dict[str, Any] = {"base_model": str(name_or_path)}
         if not p.exists():  # a hub id: its ragkit metadata, when the repository has some
             try:
@@ -202,15 +236,16 @@ class DistilledReranker(CrossEncoderReranker):
                             META_FILE, type(e).__name__)
         plain = CrossEncoderReranker.from_pretrained(str(name_or_path), device=device, max_length=max_length)
         return cls(plain.model, meta, batch_size=batch_size, max_batch_tokens=max_batch_tokens,
-                   forward_cost_tokens=forward_cost_tokens, long_docs=long_docs)
+                   forward_cost_tokens=forward_cost_tokens, long_docs=long_docs).with_backend(
+            backend, source=str(name_or_path))
 
     @classmethod
     def load(cls, path: str | os.PathLike[str], *, device: str = "auto", batch_size: int = 64,
              max_batch_tokens: int | None = None, forward_cost_tokens: int = 128,
-             long_docs: LongDocs | None = None) -> DistilledReranker:
+             long_docs: LongDocs | None = None, backend: str = "torch") -> DistilledReranker:
         """Load a student saved by :meth:`save` (or by ``ragkit distill``); ``max_batch_tokens`` and
-        ``forward_cost_tokens`` set its length buckets and ``long_docs`` its long-document rule
-        (:class:`CrossEncoderReranker`)."""
+        ``forward_cost_tokens`` set its length buckets, ``long_docs`` its long-document rule and
+        ``backend`` its encoder backend (:class:`CrossEncoderReranker`)."""
         import torch
         from sentence_transformers import CrossEncoder
 
@@ -236,8 +271,11 @@ class DistilledReranker(CrossEncoderReranker):
         model = CrossEncoder(str(p), device=resolve_device(device), activation_fn=torch.nn.Identity(),
                              local_files_only=True)
         _check_weights_cover_model(p, model, names)
-        return cls(model, meta.get("metadata", {}), batch_size=batch_size, max_batch_tokens=max_batch_tokens,
-                   forward_cost_tokens=forward_cost_tokens, long_docs=long_docs)
+        student = _student_class(cls, meta.get("metadata", {}))(
+            model, meta.get("metadata", {}), batch_size=batch_size, max_batch_tokens=max_batch_tokens,
+            forward_cost_tokens=forward_cost_tokens, long_docs=long_docs)
+        student.calibration = PlattCalibration.find(p)
+        return student.with_backend(backend, source=str(p))
 
     def save_pretrained(self, path: str | os.PathLike[str], overwrite: bool = False,
                         card: bool = True) -> Path:
@@ -256,6 +294,8 @@ class DistilledReranker(CrossEncoderReranker):
             meta = {"format": _META_FORMAT, "metadata": self.metadata}
             (tmp / META_FILE).write_text(json.dumps(meta, indent=2, ensure_ascii=False, default=str),
                                          encoding="utf-8")
+            if self.calibration is not None:
+                self.calibration.save(tmp)
             if card:
                 (tmp / "README.md").write_text(model_card(self.metadata, out.name), encoding="utf-8")
         logger.info("saved distilled reranker to %s", out)
@@ -288,6 +328,28 @@ class DistilledReranker(CrossEncoderReranker):
         return str(getattr(info, "commit_url", info))
 
 
+def _comparison_lines(c: Any) -> list[str]:
+    """The card's "Compared with the first stage" section (the held-out check of ``ragkit distill``)."""
+    if not isinstance(c, Mapping):
+        return ["## Compared with the first stage", "", "Not compared: trained without a held-out check.", ""]
+    metrics = [k for k in c.get("student", {}) if k in c.get("first_stage", {})]
+    verdict = "refused, saved with --force" if c.get("forced") else ("passed" if c.get("passed") else "-")
+    return ["## Compared with the first stage", "",
+            f"Compared with **{_fmt(c.get('first_stage_name'))}** (the candidates' given order) on "
+            f"{_fmt(c.get('num_queries'))} held-out training questions, relevance from "
+            f"{_fmt(c.get('relevance'))}; rule: the student may not fall below it on any metric "
+            f"(tolerance {_fmt(c.get('tolerance'))}); verdict: {verdict}.", "",
+            "| metric | first stage | student |", "|---|---|---|",
+            *[f"| {k} | {_fmt(c['first_stage'][k])} | {_fmt(c['student'][k])} |" for k in metrics], ""]
+
+
+def _student_class(cls: type[DistilledReranker], metadata: Mapping[str, Any]) -> type[DistilledReranker]:
+    """The class a saved student loads as: its metadata's ``student`` recipe (``"residual"``) picks it."""
+    if metadata.get("student") == "residual":
+        return ResidualReranker
+    return cls
+
+
 def _fmt(v: Any) -> str:
     if isinstance(v, float):
         return f"{v:.4g}"
@@ -310,7 +372,8 @@ def model_card(metadata: Mapping[str, Any], name: str = "ragkit-student") -> str
     if "/" in base and not Path(base).exists():  # a hub id
         front.append(f"base_model: {base}")
     front.append("---")
-    rows = [("base encoder", base), ("loss", m.get("loss")), ("epochs", m.get("epochs")),
+    rows = [("student recipe", m.get("student") or "cross-encoder"), ("base encoder", base),
+            ("loss", m.get("loss")), ("epochs", m.get("epochs")),
             ("batch size", m.get("batch_size")), ("learning rate", m.get("lr")),
             ("label temperature", m.get("temperature")), ("max pair length (tokens)", m.get("max_length")),
             ("seed", m.get("seed")), ("training seconds", m.get("train_seconds")),
@@ -318,7 +381,7 @@ def model_card(metadata: Mapping[str, Any], name: str = "ragkit-student") -> str
     metrics = m.get("metrics") if isinstance(m.get("metrics"), Mapping) else {}
     metric_lines = (["| metric | value |", "|---|---|", *[f"| {k} | {_fmt(v)} |" for k, v in metrics.items()]]
                     if metrics else ["No held-out metrics were recorded with this model (ragkit's "
-                                     "`benchmarks/distill.py` measures MRR, recall and answer F1)."])
+                                     "`experiments/distill/distill.py` measures MRR, recall and answer F1)."])
     lines = [
         *front, "", f"# {name}", "",
         "A one-pass cross-encoder reranker distilled from **Mixture-of-Intervention (MoI)** (Lee et al., "
@@ -331,7 +394,7 @@ def model_card(metadata: Mapping[str, Any], name: str = "ragkit-student") -> str
         f"- label file: {_fmt(m.get('labels') or m.get('label_file'))}",
         f"- training questions: {_fmt(m.get('num_queries'))}", "",
         "## Training", "", "| setting | value |", "|---|---|", *[f"| {k} | {_fmt(v)} |" for k, v in rows], "",
-        "## Metrics", "", *metric_lines, "",
+        "## Metrics", "", *metric_lines, "", *_comparison_lines(m.get("comparison")),
         "## Use", "", "```python", "from sentence_transformers import CrossEncoder", "",
         f'model = CrossEncoder("{name}")  # this folder or hub id',
         'scores = model.predict([("Who wrote Hamlet?", "Hamlet is a play by Shakespeare.")])', "",
@@ -342,3 +405,108 @@ def model_card(metadata: Mapping[str, Any], name: str = "ragkit-student") -> str
         "```bash", f"ragkit serve --reranker student:{name} --port 8080", "```", "",
     ]
     return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------- residual student
+PRIORS = ("rank", "score")
+
+
+def normalised_prior(n: int, scores: Sequence[float] | None = None) -> np.ndarray:
+    """Per-query z-scored retriever evidence ``z``: of ``scores`` when given, else of ``−position``.
+
+    ``z = (r − mean(r)) / std(r)`` (population std); all zeros when every ``r`` is equal. The
+    z-score is strictly increasing in ``r``, so ``argsort(−z)`` is the retriever order.
+    """
+    r = -np.arange(n, dtype=np.float64) if scores is None else np.asarray(scores, dtype=np.float64)
+    if r.shape != (n,):
+        raise ValueError(f"{n} passages but {r.size} retriever scores")
+    sd = float(r.std())
+    return np.zeros(n) if sd < 1e-12 else (r - r.mean()) / sd
+
+
+def zero_head(model: Any) -> str:
+    """Zero the scoring head (the last ``Linear`` with one output) of a one-output cross-encoder.
+
+    Returns the head's module name. Raises ``ValueError`` when the model has no such layer.
+    """
+    import torch
+
+    heads = [(n, m) for n, m in model.named_modules() if isinstance(m, torch.nn.Linear) and m.out_features == 1]
+    if not heads:
+        raise ValueError(f"{type(model).__name__} has no one-output linear scoring head to initialise at zero; "
+                         "start the residual student from an encoder or a one-output cross-encoder")
+    name, head = heads[-1]
+    with torch.no_grad():
+        head.weight.zero_()
+        if head.bias is not None:
+            head.bias.zero_()
+    return name
+
+
+class ResidualReranker(DistilledReranker):
+    """``s = w · z(retriever) + f(q, p)``: a residual cross-encoder student (module docstring).
+
+    Parameters
+    ----------
+    model, metadata, batch_size, show_progress, max_batch_tokens, forward_cost_tokens, long_docs
+        As :class:`DistilledReranker`; ``metadata["prior"]`` (``"rank"`` or ``"score"``) and
+        ``metadata["prior_weight"]`` (``w``, default 1.0) set the prior.
+    """
+
+    name = "residual"
+
+    pointwise = False  # the position prior depends on the passage's place in the list
+
+    def __init__(self, model: Any, metadata: Any = None, **kwargs: Any) -> None:
+        super().__init__(model, metadata, **kwargs)
+        self.metadata.setdefault("student", "residual")
+        self.metadata.setdefault("prior", "rank")
+        self.metadata.setdefault("prior_weight", 1.0)
+        if self.metadata["prior"] not in PRIORS:
+            raise ValueError(f"unknown residual prior {self.metadata['prior']!r}; choose one of {PRIORS}")
+
+    @property
+    def prior_weight(self) -> float:
+        return float(self.metadata["prior_weight"])
+
+    @classmethod
+    def from_base(cls, base_model: str | None = None, *, device: str = "auto", max_length: int = 256,
+                  seed: int = 0, batch_size: int = 64, prior: str = "rank",
+                  prior_weight: float = 1.0) -> ResidualReranker:
+        """A fresh residual student: the encoder with a zero scoring head (ranks like the retriever).
+
+        ``prior`` and ``prior_weight`` are ``r`` and ``w`` of the module docstring.
+        """
+        if prior not in PRIORS:
+            raise ValueError(f"unknown residual prior {prior!r}; choose one of {PRIORS}")
+        if not prior_weight > 0:
+            raise ValueError(f"prior_weight must be > 0, got {prior_weight}")
+        base = DistilledReranker.from_base(base_model, device=device, max_length=max_length, seed=seed,
+                                           batch_size=batch_size)
+        head = zero_head(base.model)
+        meta = {**base.metadata, "student": "residual", "prior": prior, "prior_weight": float(prior_weight),
+                "zero_head": head}
+        return cls(base.model, meta, batch_size=batch_size)
+
+    def prior(self, n: int, scores: Sequence[float] | None) -> np.ndarray:
+        """``w · z`` for one query's ``n`` passages (``scores`` are used only with ``prior="score"``)."""
+        use = scores if self.metadata["prior"] == "score" else None
+        return self.prior_weight * normalised_prior(n, use)
+
+    def _rank_many(
+        self,
+        queries: list[Query],
+        passages: list[list[Passage]],
+        scores: list[list[float] | None],
+    ) -> list[RankedList]:
+        corrected = super()._rank_many(queries, passages, scores)  # f(q, p), sorted; one encoder pass per pair
+        out = []
+        for q, ps, s, rl in zip(queries, passages, scores, corrected):
+            where = {id(p): i for i, p in enumerate(ps)}
+            f = np.zeros(len(ps))
+            for h in rl:
+                f[where[id(h.passage)]] = h.score
+            for i, p in enumerate(ps):  # the same Passage object twice: one hit, one score
+                f[i] = f[where[id(p)]]
+            out.append(RankedList.from_scores(ps, (self.prior(len(ps), s) + f).tolist(), q, info=rl.info))
+        return out

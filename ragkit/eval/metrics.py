@@ -51,6 +51,7 @@ __all__ = [
     "bleu",
     "ir_metrics",
     "ir_metrics_per_query",
+    "rank_metrics",
     "DEFAULT_IR_METRICS",
     "BUILTIN_IR_METRICS",
 ]
@@ -285,3 +286,20 @@ def ir_metrics(
     """
     per = ir_metrics_per_query(qrels, run, metrics)
     return {m: (sum(v.values()) / len(v) if v else float("nan")) for m, v in per.items()}
+
+
+def rank_metrics(ranking_ids: Sequence[str], gold: Iterable[str], k: int = 10) -> tuple[float, float]:
+    """``(MRR@k, recall@2)`` of one ranking against its gold ids, without ranx.
+
+    ``MRR@k`` is the reciprocal rank of the first gold id within the top ``k`` (0 when none is there);
+    ``recall@2`` is the share of the gold ids in the top 2 (Manning et al., *Introduction to
+    Information Retrieval*, 2008, ch. 8). On one query both equal ranx's ``mrr@k`` and ``recall@2``.
+    """
+    gold = set(gold)
+    rr = 0.0
+    for r, pid in enumerate(ranking_ids[:k]):
+        if pid in gold:
+            rr = 1.0 / (r + 1)
+            break
+    rec2 = len(gold & set(ranking_ids[:2])) / max(1, len(gold))
+    return rr, rec2

@@ -6,7 +6,10 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["format_ci", "markdown_table", "markdown_report", "paired_text"]
+__all__ = ["format_ci", "markdown_table", "markdown_report", "paired_text", "text_table", "text_summary"]
+
+TERMINAL_WIDTH = 100
+"""Widest line a terminal summary prints; intervals and further columns stay in the JSON and markdown."""
 
 
 def format_ci(stat: Mapping[str, Any] | float | None, digits: int = 3) -> str:
@@ -66,6 +69,55 @@ def eval_table(report: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
     return header, rows
 
 
+def text_table(header: Sequence[str], rows: Sequence[Sequence[Any]], width: int = TERMINAL_WIDTH) -> str:
+    """A plain table with aligned columns, cut to the columns that fit ``width`` (the first always stays).
+
+    Dropped columns are named on a last line (``... also in the report: a, b``).
+    """
+    cols = [[str(h)] + [str(r[i]) for r in rows] for i, h in enumerate(header)]
+    widths = [max(map(len, c)) for c in cols]
+    keep, used = [0], widths[0]
+    for i in range(1, len(cols)):
+        if used + 2 + widths[i] <= width:
+            keep.append(i)
+            used += 2 + widths[i]
+    lines = []
+    for r in range(len(rows) + 1):
+        cells = [cols[i][r].ljust(widths[i]) if i == 0 else cols[i][r].rjust(widths[i]) for i in keep]
+        lines.append("  ".join(cells).rstrip())
+    dropped = [str(header[i]) for i in range(len(header)) if i not in keep]
+    if dropped:
+        lines.append(f"(also in the report: {', '.join(dropped)})")
+    return "\n".join(lines) + "\n"
+
+
+def text_summary(report: Mapping[str, Any], width: int = TERMINAL_WIDTH) -> str:
+    """The terminal summary of an evaluation report: means per method, then the paired differences.
+
+    Every line fits ``width`` columns; the intervals of the means are in the JSON and markdown
+    reports (:func:`markdown_report`), the paired differences keep theirs (they are the result).
+    """
+    import textwrap
+
+    agg = report["aggregate"]
+    names = list(report["metrics"])
+    extra = [m for m in ("mrr@10", "recall@2") if any(m in v for v in agg.values())]
+    header = ["method", *names, *extra, "calls/q", "s/q", "n"]
+    rows = [[method, *(format_ci((res.get(n) or {}).get("mean") if isinstance(res.get(n), Mapping)
+                                 else res.get(n)) for n in names + extra),
+             f"{res.get('generator_calls_per_question', 0.0):.1f}", f"{res.get('seconds_per_question', 0.0):.2f}",
+             str(res.get("questions", 0))] for method, res in agg.items()]
+    out = text_table(header, rows, width)
+    paired = report.get("paired") or {}
+    if paired:
+        out += "\nPaired differences, question by question (mean [95% bootstrap interval]):\n"
+        for name, metrics in paired.items():
+            items = [f"{metric} {format_ci(ci)}" for metric, ci in metrics.items()]
+            out += textwrap.fill(f"{name}: " + ", ".join(items), width=width, subsequent_indent="    ",
+                                 break_on_hyphens=False) + "\n"
+    return out
+
+
 def markdown_report(report: Mapping[str, Any]) -> str:
     """Markdown summary of an evaluation report (``ragkit eval``)."""
     cfg = report["config"]
@@ -81,7 +133,23 @@ def markdown_report(report: Mapping[str, Any]) -> str:
         f"- wall time: {report['timing']['total_seconds']:.1f} s\n\n"
     )
     header, rows = eval_table(report)
-    return head + markdown_table(header, rows) + paired_text(report)
+    return head + markdown_table(header, rows) + paired_text(report) + headline_text(report)
+
+
+def headline_text(report: Mapping[str, Any]) -> str:
+    """The headline table of a report: each method minus the baseline, Holm-corrected across the table's rows."""
+    h = report.get("headline") or {}
+    rows = h.get("rows") or []
+    if not rows:
+        return ""
+    body = [[r["contrast"], r["metric"], format_ci(r), format_ci({"mean": r["mean"], "lo": r.get("holm_lo"),
+                                                                   "hi": r.get("holm_hi")}),
+             f"{r['p']:.4f}", f"{r.get('p_holm', float('nan')):.4f}", "yes" if r.get("holds") else "no"]
+            for r in rows]
+    return (f"\nHeadline: each method minus {h['baseline']} (paired; Holm across the {h['family']} rows at "
+            f"alpha {h['alpha']}):\n\n"
+            + markdown_table(["contrast", "metric", "difference [95%]", "Holm interval", "p", "p (Holm)", "holds"],
+                             body))
 
 
 def paired_text(report: Mapping[str, Any]) -> str:

@@ -10,7 +10,8 @@ prompt (``NAME@prune``: only the passages whose leave-one-out utility is not bel
 generator answers once from them. Each answer is scored with the dataset's metrics, each ranking
 with gold-passage nDCG@10 and MRR@10, each prompt with recall@K of the gold passages; means get
 seeded percentile-bootstrap 95% intervals (Efron & Tibshirani, 1993), each method minus the first
-a paired interval.
+a paired interval, and the headline table (:func:`headline`) those differences on recall@K, nDCG@10
+and the answer metrics, Holm-corrected across all its rows.
 
 Per question and method the report keeps the candidates, the ranking, the prompt's passages, the
 gold ids, the answer, the fallback flag and the cost ledger: generator sequences, forward
@@ -51,6 +52,7 @@ from ragkit.eval.metrics import (
     ir_metrics_per_query,
     rouge_l,
 )
+from ragkit.eval.stats import bootstrap_ci
 from ragkit.generation.base import metered
 from ragkit.io import append_jsonl, atomic_write_text, progress, resume_appended_jsonl, write_json
 from ragkit.types import Passage, QARecord, RankedList
@@ -62,6 +64,7 @@ __all__ = [
     "RANKING_METRICS",
     "answer_metrics",
     "bootstrap_ci",
+    "build_retriever",
     "candidates_for",
     "pipeline_corpus",
     "select_questions",
@@ -71,9 +74,12 @@ __all__ = [
     "aggregate",
     "LEDGER_KEYS",
     "paired_differences",
+    "headline",
+    "HEADLINE_ANSWER_METRICS",
     "run_eval",
     "DEFAULT_REPORT",
 ]
+
 
 logger = logging.getLogger(__name__)
 
@@ -235,28 +241,6 @@ def answer_metrics(dataset: str, prediction: str, answers: Sequence[str]) -> dic
     raise ValueError(f"no answer metrics for dataset {dataset!r}")
 
 
-def bootstrap_ci(
-    values: Sequence[float], n_bootstrap: int = 1000, seed: int = 0, alpha: float = 0.05
-) -> dict[str, float]:
-    """Mean with a percentile-bootstrap ``1 - alpha`` interval.
-
-    ``B`` resamples of the ``n`` values with replacement (``numpy.random.default_rng(seed)``);
-    the interval is the ``alpha/2`` and ``1 - alpha/2`` quantiles of the resampled means.
-    """
-    x = np.asarray([v for v in values if v is not None and not np.isnan(v)], dtype=float)
-    if x.size == 0:
-        return {"mean": float("nan"), "lo": float("nan"), "hi": float("nan"), "n": 0}
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, x.size, size=(max(1, n_bootstrap), x.size))
-    means = x[idx].mean(axis=1)
-    return {
-        "mean": float(x.mean()),
-        "lo": float(np.quantile(means, alpha / 2)),
-        "hi": float(np.quantile(means, 1 - alpha / 2)),
-        "n": int(x.size),
-    }
-
-
 def _load_all(cfg: EvalConfig) -> list[QARecord]:
     """Every record of the run's source (the data file whole; the bundled sample; the hub up to ``limit``)."""
     from ragkit.datasets import load_dataset, sample_records
@@ -293,15 +277,11 @@ def pipeline_corpus(cfg: EvalConfig, records: Sequence[QARecord]) -> list[Passag
     return corpus
 
 
-def _build_retriever(cfg: EvalConfig, corpus: list[Passage]) -> Any:
-    from ragkit import retrievers as R
+def build_retriever(cfg: EvalConfig, corpus: list[Passage]) -> Any:
+    """The run's retriever (:func:`ragkit.retrievers.make_retriever` of ``cfg.retriever``), indexed on ``corpus``."""
+    from ragkit.retrievers import make_retriever
 
-    if cfg.retriever == "bm25":
-        return R.BM25Retriever().index(corpus)
-    dense = R.DenseRetriever(model=cfg.embedder, device=cfg.device)
-    if cfg.retriever == "dense":
-        return dense.index(corpus)
-    return R.HybridRetriever([R.BM25Retriever(), dense], method="rrf").index(corpus)
+    return make_retriever(cfg.retriever, embedder=cfg.embedder, device=cfg.device).index(corpus)
 
 
 def candidates_for(
@@ -328,7 +308,7 @@ def candidates_for(
                 f"the records have no passages to pool for --retriever {cfg.retriever}; "
                 "use a dataset file with passages (e.g. the NQ-open oracle file) or add --corpus FILE"
             )
-        retriever = _build_retriever(cfg, corpus)
+        retriever = build_retriever(cfg, corpus)
     return list(retriever.search([r.query for r in records], k=n))
 
 
@@ -400,6 +380,8 @@ def _row(method: str, rec: QARecord, cand: RankedList, out: Any, dataset: str, c
     for key in ("abstain", "harmful_share", "harmful"):
         if key in extra:
             row[key] = extra[key]
+    if extra.get("raw_utilities") is not None:  # MoI's utilities before blend/fallback, in candidate order
+        row["utilities"] = [round(float(u), 6) for u in extra["raw_utilities"]]
     return row
 
 
@@ -556,6 +538,61 @@ def paired_differences(
     return out
 
 
+HEADLINE_ANSWER_METRICS: dict[str, tuple[str, ...]] = {
+    "hotpotqa": ("f1", "em"),
+    "nq-open": ("subspan_em", "f1"),
+    "msmarco": ("rouge_l", "rougeL_official"),
+}
+"""The answer metrics of the headline table, per dataset (beside recall@K and nDCG@10)."""
+
+
+def headline(
+    rows: Sequence[dict[str, Any]], dataset: str, methods: Sequence[str], k: int, n_bootstrap: int, seed: int,
+    alpha: float = 0.05,
+) -> dict[str, Any]:
+    """The headline table: each method after the first against the first, Holm-corrected across all its rows.
+
+    A row is (method, metric) for recall@K, nDCG@10 and the dataset's headline answer metrics
+    (:data:`HEADLINE_ANSWER_METRICS`): the mean paired difference with its 95% paired-bootstrap
+    interval, the two-sided bootstrap p-value (:func:`ragkit.eval.stats.paired_p_value`), the
+    Holm-adjusted p-value over the ``m`` rows of the table (:func:`ragkit.eval.stats.holm`; Holm,
+    1979) and the Holm interval: the percentile interval at level ``1 − alpha / (m − r)`` for the
+    row with the ``r``-th smallest p-value (0-based), the level Holm's step-down tests it at, so
+    "the Holm interval excludes 0" and "the adjusted p-value is below alpha" agree up to the
+    bootstrap's resolution. ``holds`` is the latter.
+    """
+    from ragkit.eval.stats import holm, paired_p_value
+
+    if len(methods) < 2:
+        return {"baseline": methods[0] if methods else None, "alpha": alpha, "rows": []}
+    base = methods[0]
+    by = {(r["method"], r["qid"]): r for r in rows}
+    metrics = (recall_key(k), "ndcg@10", *HEADLINE_ANSWER_METRICS.get(dataset, DATASET_METRICS[dataset][:1]))
+    entries: list[dict[str, Any]] = []
+    diffs_of: list[list[float]] = []
+    for m in methods[1:]:
+        qids = [q for (mm, q) in by if mm == m and (base, q) in by]
+        for name in metrics:
+            pairs = [(by[(m, q)]["metrics"][name], by[(base, q)]["metrics"][name]) for q in qids
+                     if name in by[(m, q)]["metrics"] and name in by[(base, q)]["metrics"]]
+            if not pairs:
+                continue
+            x, y = [a for a, _ in pairs], [b for _, b in pairs]
+            d = [a - b for a, b in pairs]
+            ci = bootstrap_ci(d, n_bootstrap, seed)
+            entries.append({"contrast": f"{m} - {base}", "method": m, "metric": name, "mean": ci["mean"],
+                            "lo": ci["lo"], "hi": ci["hi"], "n": ci["n"],
+                            "p": paired_p_value(x, y, seed=seed, n_boot=n_bootstrap)})
+            diffs_of.append(d)
+    adjusted = holm([e["p"] for e in entries]) if entries else []
+    order = sorted(range(len(entries)), key=lambda i: entries[i]["p"])
+    for rank, i in enumerate(order):
+        level = alpha / (len(entries) - rank)
+        hci = bootstrap_ci(diffs_of[i], n_bootstrap, seed, alpha=level)
+        entries[i].update(p_holm=adjusted[i], holm_lo=hci["lo"], holm_hi=hci["hi"], holds=bool(adjusted[i] < alpha))
+    return {"baseline": base, "alpha": alpha, "family": len(entries), "rows": entries}
+
+
 def _chunk_cost(meter: Any, seconds: float, n: int) -> dict[str, Any]:
     """Per-question share of one chunk's model work (a :class:`ragkit.generation.base.Cost`) and wall time."""
     return {"forwards": round(meter.forward_passes / n, 2), "tokens_prefilled": round(meter.tokens_prefilled / n, 2),
@@ -648,7 +685,7 @@ def run_eval(
                 raise ValueError(f"the records have no passages to pool for --retriever {cfg.retriever}; use a "
                                  "dataset file with passages (e.g. the NQ-open oracle file) or add --corpus FILE")
             corpus_size = len(corpus)
-            retriever = _build_retriever(cfg, corpus)
+            retriever = build_retriever(cfg, corpus)
         all_cands = candidates_for(cfg, recs, retriever)
         cands_by_id = {r.id: c for r, c in zip(recs, all_cands)}
         if generator is None:
@@ -665,8 +702,13 @@ def run_eval(
     load_s = time.perf_counter() - t_load
 
     appended = 0
-    bar = progress(range(n_todo), show=show_progress, desc="eval", unit="q") if n_todo else None
-    bar_it = iter(bar) if bar is not None else None
+    profiles: dict[str, list[dict[str, Any]]] = {}
+    # a bar advanced by whole chunks (update(n), not iteration: an iterated bar shows an item only when the
+    # next is asked for, one chunk late); smoothing=0 bases the ETA on the average rate since the start,
+    # the right one for equal chunks that finish in bursts
+    bar: Any = progress(iter(()), show=show_progress if n_todo else False, desc="eval", unit="q", total=n_todo,
+                        smoothing=0.0, delay=0)
+    bar_update = getattr(bar, "update", None)
     for m in cfg.methods:
         items = todo[m]
         if not items:
@@ -692,14 +734,15 @@ def run_eval(
             append_jsonl(partial, rows)
             for row in rows:
                 done[(m, row["qid"])] = row
-                if bar_it is not None:
-                    next(bar_it, None)
+            if bar_update is not None:
+                bar_update(len(rows))
             appended += len(rows)
             if on_chunk is not None:
                 on_chunk(appended)
-    if bar_it is not None:
-        for _ in bar_it:
-            pass
+        if hasattr(method, "profiles_used"):
+            profiles[m] = method.profiles_used()
+    if hasattr(bar, "close"):
+        bar.close()
 
     rows_final = [done[(m, r.id)] for m in cfg.methods for r in recs]
     add_ranking_metrics(rows_final, cfg.k)
@@ -714,12 +757,16 @@ def run_eval(
             "embedder": (cfg.embedder or "embedded-default") if cfg.retriever in ("dense", "hybrid") else None,
         },
         "n_questions": len(recs),
+        # which position profile each method used (file / cache / calibrated / embedded / flat, path, sha256):
+        # a cached `ragkit bias-profile` changes results, so the report names it
+        "profiles": profiles,
         "metrics": list(DATASET_METRICS[dataset]),
         "ranking_metrics": [*RANKING_METRICS, recall_key(cfg.k)],
         "protocol": {"candidates": cfg.n_candidates, "k": cfg.k, "retriever": cfg.retriever,
                      "corpus_passages": corpus_size, "offset": cfg.offset},
         "aggregate": agg,
         "paired": paired_differences(rows_final, dataset, cfg.methods, cfg.n_bootstrap, cfg.seed, cfg.k),
+        "headline": headline(rows_final, dataset, cfg.methods, cfg.k, cfg.n_bootstrap, cfg.seed),
         "timing": {
             "total_seconds": round(time.perf_counter() - t0, 3),
             "setup_seconds": round(load_s, 3),

@@ -153,6 +153,20 @@ class GeneratorLike(Protocol):
         ``template``: lay the prompts out with it instead of the generator's own)."""
         ...
 
+    def run_orderings(
+        self,
+        questions: Sequence[str],
+        passages: Sequence[Sequence[Passage | str]],
+        orderings: Sequence[Sequence[Sequence[int]]],
+        candidates: CandidateFn | None = None,
+        max_new_tokens: int = 16,
+        stop: Sequence[str] | None = None,
+    ) -> list[OrderingRun]:
+        """Each ordering's greedy answer, then ``candidates(q, answers)`` scored under every ordering
+        (:func:`ragkit.generation.layout.run_orderings_by_parts` is the generic implementation; the
+        local generator needs one prefill per ordering)."""
+        ...
+
     def generate(
         self,
         prompts: Sequence[str],
@@ -172,8 +186,10 @@ class GeneratorLike(Protocol):
         questions: Sequence[str],
         passages: Sequence[Sequence[Passage | str]],
         max_new_tokens: int = 32,
+        drafts: Sequence[str | None] | None = None,
     ) -> list[str]:
-        """Greedy short answers."""
+        """Greedy short answers (``drafts``: a likely answer per question that the generator may
+        verify instead of decoding; the answers are the same)."""
         ...
 
     def clean_answer(self, text: str) -> str:

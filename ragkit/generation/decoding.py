@@ -12,83 +12,21 @@ Degeneration", ICLR 2020).
 
 from __future__ import annotations
 
-import inspect
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from ragkit.generation.base import charge
-from ragkit.generation.fitting import encode_prompts, fit_prompt_ids
+from ragkit.generation.fitting import answer_text, encode_answers, encode_prompts, fit_prompt_ids
+from ragkit.generation.handle import ModelHandle, cache_ok, chunks, crop, forward_logits, layout, positions
 from ragkit.io import progress
 from ragkit.text import cut_at_stop
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
-    from ragkit.generation.generator import Generator
-
 logger = logging.getLogger(__name__)
 
-__all__ = ["chunks", "keep_argument", "cache_argument", "forward_logits", "decode_loop", "generate", "pick"]
-
-
-def chunks(n: int, size: int) -> Iterator[range]:
-    """``range`` blocks of at most ``size`` covering ``0..n-1``."""
-    for start in range(0, n, size):
-        yield range(start, min(n, start + size))
-
-
-def _forward_parameters(model: Any) -> frozenset[str]:
-    """Parameter names of ``model.forward`` (empty when its signature cannot be read)."""
-    try:
-        return frozenset(inspect.signature(model.forward).parameters)
-    except (TypeError, ValueError):  # pragma: no cover - exotic wrappers
-        return frozenset()
-
-
-def keep_argument(model: Any) -> str | None:
-    """The name of the model forward's "compute logits only for the last positions" argument."""
-    params = _forward_parameters(model)
-    return next((name for name in ("logits_to_keep", "num_logits_to_keep") if name in params), None)
-
-
-def cache_argument(model: Any) -> str:
-    """The name under which the model's forward takes the KV cache.
-
-    transformers 5.24 renamed ``past_key_values`` to ``cache`` (the old name warns on every call
-    and is removed in 5.40); older releases and custom models take ``past_key_values``.
-    """
-    return "cache" if "cache" in _forward_parameters(model) else "past_key_values"
-
-
-def forward_logits(
-    gen: Generator,
-    input_ids: torch.Tensor,
-    attention_mask: torch.Tensor,
-    position_ids: torch.Tensor,
-    past: Any = None,
-    keep: int = 1,
-) -> tuple[torch.Tensor, Any]:
-    """Float logits ``(B, keep, V)`` of the last ``keep`` input positions, and the cache.
-
-    ``attention_mask`` covers the cache and the new tokens. The counters ``gen.counters``
-    (``prefill_tokens``: non-padding tokens of multi-token forwards; ``decode_tokens``; ``forwards``)
-    and the open :func:`~ragkit.generation.base.metered` meters are updated.
-    """
-    width = input_ids.shape[1]
-    keep = max(1, min(int(keep), width))
-    kw: dict[str, Any] = {}
-    if gen._keep_arg is not None:
-        kw[gen._keep_arg] = keep
-    kw[gen._cache_arg] = past
-    out = gen.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                    use_cache=past is not None, **kw)
-    logits = out.logits[:, -keep:].float()
-    new = int(attention_mask[:, -width:].sum())
-    gen.counters["forwards"] += 1
-    gen.counters["prefill_tokens" if width > 1 else "decode_tokens"] += new
-    charge(1, new if width > 1 else 0, 0 if width > 1 else new)
-    return logits, out.get(gen._cache_arg)  # the output field has the argument's name
+__all__ = ["decode_loop", "finish_text", "generate", "pick", "verify_drafts"]
 
 
 def pick(logits: torch.Tensor, temperature: float, top_p: float, rng: torch.Generator | None) -> torch.Tensor:
@@ -108,7 +46,7 @@ def pick(logits: torch.Tensor, temperature: float, top_p: float, rng: torch.Gene
 
 
 def decode_loop(
-    gen: Generator,
+    h: ModelHandle,
     past: Any,
     step_ids: torch.Tensor,
     mask: torch.Tensor,
@@ -130,18 +68,18 @@ def decode_loop(
 
     dev = step_ids.device
     n = step_ids.shape[0]
-    eos = torch.tensor(gen._eos_ids or [-1], device=dev)
+    eos = torch.tensor(h.eos_ids or [-1], device=dev)
     done = torch.zeros(n, dtype=torch.bool, device=dev)
     new: list[list[int]] = [[] for _ in range(n)]
     logps: list[list[float]] = [[] for _ in range(n)]
     for step in range(max_new_tokens):
-        logits, past = forward_logits(gen, step_ids, mask, step_pos, past=past, keep=1)
+        logits, past = forward_logits(h, step_ids, mask, step_pos, past=past, keep=1)
         logits = logits[:, -1]
         lsm = logits - torch.logsumexp(logits, dim=-1, keepdim=True)
-        if step < min_new_tokens and gen._eos_ids:
+        if step < min_new_tokens and h.eos_ids:
             logits[:, eos] = float("-inf")
         nxt = pick(logits, temperature, top_p, rng)
-        nxt = torch.where(done, torch.full_like(nxt, gen._pad_id), nxt)
+        nxt = torch.where(done, torch.full_like(nxt, h.pad_id), nxt)
         is_eos = torch.isin(nxt, eos) & ~done
         nxt_lp = lsm.gather(-1, nxt[:, None])[:, 0].tolist()
         nxt_list = nxt.tolist()
@@ -152,7 +90,7 @@ def decode_loop(
                 continue
             new[r].append(nxt_list[r])
             logps[r].append(float(nxt_lp[r]))
-            if stops and cut_at_stop(gen.tokenizer.decode(new[r], skip_special_tokens=True), stops) is not None:
+            if stops and cut_at_stop(h.tokenizer.decode(new[r], skip_special_tokens=True), stops) is not None:
                 eos_list[r] = True
         done = done | torch.tensor(eos_list, device=dev)
         if bool(done.all()):
@@ -163,15 +101,15 @@ def decode_loop(
     return new, logps
 
 
-def finish_text(gen: Generator, tokens: Sequence[int], stops: Sequence[str]) -> str:
+def finish_text(h: ModelHandle, tokens: Sequence[int], stops: Sequence[str]) -> str:
     """Decoded text of generated tokens, cut at the first stop string."""
-    text = gen.tokenizer.decode(list(tokens), skip_special_tokens=True)
+    text = h.tokenizer.decode(list(tokens), skip_special_tokens=True)
     cut = cut_at_stop(text, stops) if stops else None
     return text if cut is None else text[:cut]
 
 
 def _decode_batch(
-    gen: Generator,
+    h: ModelHandle,
     seqs: Sequence[Sequence[int]],
     max_new_tokens: int,
     stops: Sequence[str],
@@ -183,23 +121,23 @@ def _decode_batch(
     import torch
     from transformers import DynamicCache
 
-    dev = gen.device
+    dev = h.device
     width = max(len(s) for s in seqs)
-    ids = torch.full((len(seqs), width), gen._pad_id, dtype=torch.long)
+    ids = torch.full((len(seqs), width), h.pad_id, dtype=torch.long)
     mask = torch.zeros((len(seqs), width), dtype=torch.long)
     for r, s in enumerate(seqs):
         ids[r, width - len(s):] = torch.tensor(s, dtype=torch.long)
         mask[r, width - len(s):] = 1
     ids, mask = ids.to(dev), mask.to(dev)
     pos = (mask.cumsum(1) - 1).clamp(min=0)
-    past = DynamicCache(config=gen.model.config)
-    new, _ = decode_loop(gen, past, ids, mask, pos, max_new_tokens, stops, temperature, top_p, rng,
+    past = DynamicCache(config=h.model.config)
+    new, _ = decode_loop(h, past, ids, mask, pos, max_new_tokens, stops, temperature, top_p, rng,
                          min_new_tokens)
-    return [finish_text(gen, t, stops) for t in new]
+    return [finish_text(h, t, stops) for t in new]
 
 
 def generate(
-    gen: Generator,
+    h: ModelHandle,
     prompts: Sequence[str],
     max_new_tokens: int = 32,
     stop: Sequence[str] | None = None,
@@ -209,7 +147,7 @@ def generate(
     top_p: float = 1.0,
     min_new_tokens: int = 0,
 ) -> list[str] | list[list[str]]:
-    """:meth:`ragkit.generation.Generator.generate` (see there)."""
+    """:meth:`ragkit.generation.Generator.generate` on a model handle (see there)."""
     import torch
 
     prompts = list(prompts)
@@ -226,20 +164,20 @@ def generate(
     stops = [s for s in (stop or []) if s]
     if not prompts:
         return []
-    p_ids = encode_prompts(gen.tokenizer, prompts)
-    room = gen.max_length - max_new_tokens
+    p_ids = encode_prompts(h.tokenizer, prompts)
+    room = h.max_length - max_new_tokens
     if room < 1:
-        raise ValueError(f"max_new_tokens={max_new_tokens} leaves no room in the context window {gen.max_length}")
-    p_ids = [fit_prompt_ids(p, room, f"prompt {i}", gen.max_length) for i, p in enumerate(p_ids)]
+        raise ValueError(f"max_new_tokens={max_new_tokens} leaves no room in the context window {h.max_length}")
+    p_ids = [fit_prompt_ids(p, room, f"prompt {i}", h.max_length) for i, p in enumerate(p_ids)]
     rows = [(i, s) for i in range(len(prompts)) for s in range(n)]
     order = sorted(range(len(rows)), key=lambda r: -len(p_ids[rows[r][0]]))
     texts: list[str] = [""] * len(rows)
-    rng = torch.Generator(device=gen.device).manual_seed(int(seed)) if temperature > 0 else None
-    batches = list(chunks(len(order), gen.batch_size))
+    rng = torch.Generator(device=h.device).manual_seed(int(seed)) if temperature > 0 else None
+    batches = list(chunks(len(order), h.batch_size))
     with torch.inference_mode():
-        for b in progress(batches, show=gen.show_progress, desc="generate", leave=False):
+        for b in progress(batches, show=h.show_progress, desc="generate", leave=False):
             idx = [order[j] for j in b]
-            outs = _decode_batch(gen, [p_ids[rows[r][0]] for r in idx], max_new_tokens, stops,
+            outs = _decode_batch(h, [p_ids[rows[r][0]] for r in idx], max_new_tokens, stops,
                                  temperature, top_p, rng, min_new_tokens)
             for r, t in zip(idx, outs):
                 texts[r] = t
@@ -249,7 +187,7 @@ def generate(
 
 
 def verify_drafts(
-    gen: Generator,
+    h: ModelHandle,
     prompts: Sequence[str],
     drafts: Sequence[str | None],
     max_new_tokens: int,
@@ -273,22 +211,19 @@ def verify_drafts(
     import torch
     from transformers import DynamicCache
 
-    from ragkit.generation.fitting import answer_text, encode_answers
-    from ragkit.generation.scoring import _crop, _layout, _positions, cache_ok
-
     out: list[str | None] = [None] * len(prompts)
-    room = gen.max_length - max_new_tokens
+    room = h.max_length - max_new_tokens
     rows: list[tuple[int, list[int], list[int]]] = []
-    eos = set(gen._eos_ids)
+    eos = set(h.eos_ids)
     for i, (p, d) in enumerate(zip(prompts, drafts)):
         if not d or not d.strip():
             continue
-        p_ids, a_ids = encode_answers(gen.tokenizer, [p], [answer_text(p, d, i)])
+        p_ids, a_ids = encode_answers(h.tokenizer, [p], [answer_text(p, d, i)])
         a = a_ids[0]
         if (not a or len(a) > max_new_tokens or len(p_ids[0]) > room or eos.intersection(a)
-                or p_ids[0] != encode_prompts(gen.tokenizer, [p])[0]):
+                or p_ids[0] != encode_prompts(h.tokenizer, [p])[0]):
             continue
-        if any(cut_at_stop(gen.tokenizer.decode(a[:j], skip_special_tokens=True), stops) is not None
+        if any(cut_at_stop(h.tokenizer.decode(a[:j], skip_special_tokens=True), stops) is not None
                for j in range(1, len(a))):
             continue
         rows.append((i, p_ids[0], a))
@@ -296,14 +231,14 @@ def verify_drafts(
         return out
     eos_t = list(eos)
     with torch.inference_mode():
-        for b in chunks(len(rows), gen.batch_size):
+        for b in chunks(len(rows), h.batch_size):
             sel = [rows[j] for j in b]
-            ids, mask = _layout(gen, [p for _, p, _ in sel], [a for _, _, a in sel])
+            ids, mask = layout(h, [p for _, p, _ in sel], [a for _, _, a in sel])
             wa = max(len(a) for _, _, a in sel)
             wp = ids.shape[1] - wa
-            pos = _positions(mask)
-            cache = DynamicCache(config=gen.model.config)
-            logits, cache = forward_logits(gen, ids, mask, pos, past=cache, keep=wa + 1)
+            pos = positions(mask)
+            cache = DynamicCache(config=h.model.config)
+            logits, cache = forward_logits(h, ids, mask, pos, past=cache, keep=wa + 1)
             rejected: list[int] = []
             for r, (i, _, a) in enumerate(sel):
                 lg = logits[r, : len(a) + 1].clone()
@@ -312,28 +247,28 @@ def verify_drafts(
                 pred = lg.argmax(dim=-1).tolist()
                 text: str | None = None
                 if pred[: len(a)] == a:
-                    if cut_at_stop(gen.tokenizer.decode(a, skip_special_tokens=True), stops) is not None:
-                        text = finish_text(gen, a, stops)  # the draft's last token completes a stop string
+                    if cut_at_stop(h.tokenizer.decode(a, skip_special_tokens=True), stops) is not None:
+                        text = finish_text(h, a, stops)  # the draft's last token completes a stop string
                     elif len(a) == max_new_tokens:  # decoding would stop here on length
-                        text = finish_text(gen, a, stops)
+                        text = finish_text(h, a, stops)
                     elif pred[len(a)] in eos:
-                        text = finish_text(gen, a, stops)
+                        text = finish_text(h, a, stops)
                     else:
-                        full = gen.tokenizer.decode(a + [pred[len(a)]], skip_special_tokens=True)
+                        full = h.tokenizer.decode(a + [pred[len(a)]], skip_special_tokens=True)
                         cut = cut_at_stop(full, stops) if stops else None
                         text = None if cut is None else full[:cut]
                 if text is None:
                     rejected.append(r)
                 else:
                     out[i] = text
-            if rejected and cache_ok(gen):
+            if rejected and cache_ok(h):
                 # decode the rejected rows from the prompt part of this forward's cache (a sliding-window
                 # cache cannot be rolled back: those rows stay None and the caller generates them)
-                _crop(cache, wp - 1)
+                crop(cache, wp - 1)
                 sel_idx = torch.tensor(rejected, device=ids.device, dtype=torch.long)
                 cache.batch_select_indices(sel_idx)
-                new, _ = decode_loop(gen, cache, ids[sel_idx, wp - 1:wp], mask[sel_idx, :wp],
+                new, _ = decode_loop(h, cache, ids[sel_idx, wp - 1:wp], mask[sel_idx, :wp],
                                      pos[sel_idx, wp - 1:wp], max_new_tokens, stops, min_new_tokens=min_new_tokens)
                 for r, t in zip(rejected, new):
-                    out[sel[r][0]] = finish_text(gen, t, stops)
+                    out[sel[r][0]] = finish_text(h, t, stops)
     return out

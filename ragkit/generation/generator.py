@@ -1,9 +1,11 @@
 """The causal-LM generator every other part of ragkit uses: a facade over prompts, scoring and decoding.
 
-:class:`Generator` holds the model, its tokenizer and the prompt template, and delegates each job
-to its module: passage fitting and tokenisation (:mod:`ragkit.generation.fitting`), teacher-forced
-scoring with shared-prefix key/value reuse (:mod:`ragkit.generation.scoring`), decoding
-(:mod:`ragkit.generation.decoding`); answers are read from completions by the one extractor
+:class:`Generator` holds the model handle (:class:`~ragkit.generation.handle.ModelHandle`: model,
+tokenizer, pad/EOS ids, cache arguments, counters) and the prompt settings, and delegates each job
+to its module: passage fitting and tokenisation (:mod:`ragkit.generation.fitting`), prompt layout
+(:mod:`ragkit.generation.layout`), teacher-forced scoring with shared-prefix key/value reuse
+(:mod:`ragkit.generation.scoring`), decoding (:mod:`ragkit.generation.decoding`); those modules
+take the handle and never import this facade. Answers are read from completions by the one extractor
 :func:`ragkit.text.extract_answer`. Its contract toward the rest of ragkit is
 :class:`ragkit.generation.base.GeneratorLike`.
 """
@@ -16,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 from ragkit.generation import decoding, scoring
 from ragkit.generation.base import CandidateFn, OrderingRun, ScoreResult
-from ragkit.generation.decoding import cache_argument, keep_argument
 from ragkit.generation.fitting import answer_text, encode_answers, encode_prompts, encode_texts, fit_passages
+from ragkit.generation.handle import ModelHandle
 from ragkit.generation.prompts import PromptTemplate, get_template
 from ragkit.text import extract_answer
 from ragkit.types import Passage, as_passages
@@ -124,13 +126,8 @@ class Generator:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         if passage_max_tokens is not None and passage_max_tokens < 1:
             raise ValueError(f"passage_max_tokens must be >= 1 or None, got {passage_max_tokens}")
-        self.model = model
-        self.tokenizer = tokenizer
         self.name = str(name)
-        self.template = get_template(template, tokenizer)
-        self.batch_size = int(batch_size)
         self.passage_max_tokens = passage_max_tokens
-        self.show_progress = show_progress
         cfg = model.config
         text_cfg = cfg.get_text_config(decoder=True) if hasattr(cfg, "get_text_config") else cfg
         if max_length is None:
@@ -138,28 +135,55 @@ class Generator:
             max_length = min(int(mpe), _DEFAULT_MAX_LENGTH_CAP)
         if max_length < self.answer_reserve + 8:
             raise ValueError(f"max_length={max_length} is too small; use at least {self.answer_reserve + 8}")
-        self.max_length = int(max_length)
-        if tokenizer.pad_token_id is None:
-            if tokenizer.eos_token is None:
-                raise ValueError("the tokenizer has neither a pad nor an EOS token; set tokenizer.pad_token")
-            tokenizer.pad_token = tokenizer.eos_token
-        self._pad_id = int(tokenizer.pad_token_id)
-        eos: set[int] = set()
-        for src in (tokenizer.eos_token_id, getattr(getattr(model, "generation_config", None), "eos_token_id", None)):
-            if isinstance(src, int):
-                eos.add(src)
-            elif isinstance(src, (list, tuple)):
-                eos.update(int(e) for e in src)
-        self._eos_ids = sorted(eos)
-        self._keep_arg = keep_argument(model)
-        self._cache_arg = cache_argument(model)
-        self.counters: dict[str, int] = {"prefill_tokens": 0, "decode_tokens": 0, "forwards": 0}
+        self.handle = ModelHandle.wrap(model, tokenizer, batch_size=batch_size, max_length=max_length,
+                                       show_progress=show_progress)
+        self.template = get_template(template, tokenizer)
 
     # ------------------------------------------------------------------ properties
     @property
+    def model(self) -> Any:
+        """The Hugging Face causal LM."""
+        return self.handle.model
+
+    @property
+    def tokenizer(self) -> Any:
+        """Its tokenizer."""
+        return self.handle.tokenizer
+
+    @property
+    def batch_size(self) -> int:
+        """Sequences per forward pass."""
+        return self.handle.batch_size
+
+    @batch_size.setter
+    def batch_size(self, value: int) -> None:
+        if int(value) < 1:
+            raise ValueError(f"batch_size must be >= 1, got {value}")
+        self.handle.batch_size = int(value)
+
+    @property
+    def max_length(self) -> int:
+        """Context window in tokens."""
+        return self.handle.max_length
+
+    @property
+    def show_progress(self) -> bool | None:
+        """Progress bars (``None``: on unless ``RAGKIT_NO_PROGRESS`` is set)."""
+        return self.handle.show_progress
+
+    @show_progress.setter
+    def show_progress(self, value: bool | None) -> None:
+        self.handle.show_progress = value
+
+    @property
+    def counters(self) -> dict[str, int]:
+        """Token counters: ``prefill_tokens``, ``decode_tokens``, ``forwards`` (see :meth:`reset_counters`)."""
+        return self.handle.counters
+
+    @property
     def device(self) -> str:
         """The device of the model's parameters, e.g. ``"cpu"`` or ``"cuda:0"``."""
-        return str(next(self.model.parameters()).device)
+        return self.handle.device
 
     def __repr__(self) -> str:
         return (f"Generator(name={self.name!r}, device={self.device!r}, template={self.template.name!r}, "
@@ -232,7 +256,7 @@ class Generator:
         ValueError
             When the lengths differ or an answer is empty.
         """
-        return scoring.score(self, prompts, answers)
+        return scoring.score(self.handle, prompts, answers)
 
     def score_orderings(
         self,
@@ -271,7 +295,7 @@ class Generator:
         list[ScoreResult]
             One result per query with ``M`` entries (in ordering order).
         """
-        return scoring.score_orderings(self, questions, passages, orderings, answers, template)
+        return scoring.score_orderings(self.handle, self, questions, passages, orderings, answers, template)
 
     def run_orderings(
         self,
@@ -293,7 +317,8 @@ class Generator:
         ``[clean_answer(a) for a in generate(prompts, max_new_tokens, stop)]`` and scores equal
         :meth:`score_orderings` up to float error.
         """
-        return scoring.run_orderings(self, questions, passages, orderings, candidates, max_new_tokens, stop)
+        return scoring.run_orderings(self.handle, self, questions, passages, orderings, candidates, max_new_tokens,
+                                     stop)
 
     # ------------------------------------------------------------------ generation
     def generate(
@@ -321,8 +346,8 @@ class Generator:
         list[str] | list[list[str]]
             One string per prompt when ``n == 1``, else ``n`` strings per prompt.
         """
-        return decoding.generate(self, prompts, max_new_tokens=max_new_tokens, stop=stop, temperature=temperature,
-                                 n=n, seed=seed, top_p=top_p, min_new_tokens=min_new_tokens)
+        return decoding.generate(self.handle, prompts, max_new_tokens=max_new_tokens, stop=stop,
+                                 temperature=temperature, n=n, seed=seed, top_p=top_p, min_new_tokens=min_new_tokens)
 
     def answer(
         self,
@@ -349,7 +374,7 @@ class Generator:
         stops = list(self.template.stop)
         outs: list[str | None] = [None] * len(prompts)
         if drafts is not None:
-            outs = decoding.verify_drafts(self, prompts, drafts, max_new_tokens, stops, min_new_tokens=1)
+            outs = decoding.verify_drafts(self.handle, prompts, drafts, max_new_tokens, stops, min_new_tokens=1)
         todo = [i for i, o in enumerate(outs) if o is None]
         if todo:
             gen = self.generate([prompts[i] for i in todo], max_new_tokens=max_new_tokens, stop=stops,

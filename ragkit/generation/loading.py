@@ -29,7 +29,7 @@ def load_generator(model: str | None = None, **kwargs: Any) -> Any:
     >>> load_generator(None, device="cpu")                                                            # doctest: +SKIP
     """
     remote_only = ("tokenizer", "concurrency", "prompt_format", "api_key", "timeout", "max_retries", "backoff",
-                   "served_model")
+                   "served_model", "deadline", "max_retry_after", "max_response_bytes")
     local_only = ("device", "dtype")
     if is_server_url(model):
         for k in local_only:

@@ -53,10 +53,10 @@ from typing import Any
 
 import numpy as np
 
-from ragkit.generation.base import ScoreResult
+from ragkit.generation.base import CandidateFn, OrderingRun, ScoreResult
 from ragkit.generation.fitting import answer_text, encode_answers, encode_prompts, fit_passages
+from ragkit.generation.layout import ordering_inputs, per_query, run_orderings_by_parts
 from ragkit.generation.prompts import PromptTemplate, get_template
-from ragkit.generation.scoring import ordering_inputs, per_query
 from ragkit.io import progress, redact_url
 from ragkit.text import extract_answer
 from ragkit.types import Passage, as_passages
@@ -319,7 +319,10 @@ class RemoteGenerator:
                 if d is None:
                     part, chunk = chunk, b""
                 else:  # never more than the room left: a small bomb cannot inflate past the bound
-                    part = d.decompress(chunk, limit + 1 - len(out))
+                    try:
+                        part = d.decompress(chunk, limit + 1 - len(out))
+                    except zlib.error as e:
+                        raise RemoteServerError(f"{where} sent a {enc} body that does not decompress ({e})") from None
                     chunk = d.unconsumed_tail
                 out += part
                 if len(out) > limit:
@@ -648,6 +651,20 @@ class RemoteGenerator:
         res = self.score([p for ps in prompts for p in ps], [a for as_ in ans for a in as_])
         return per_query(res.token_logprobs, [len(ps) for ps in prompts])
 
+    def run_orderings(
+        self,
+        questions: Sequence[str],
+        passages: Sequence[Sequence[Passage | str]],
+        orderings: Sequence[Sequence[Sequence[int]]],
+        candidates: CandidateFn | None = None,
+        max_new_tokens: int = 16,
+        stop: Sequence[str] | None = None,
+    ) -> list[OrderingRun]:
+        """Each ordering's greedy answer, then candidates scored under every ordering: the generic
+        implementation (:func:`ragkit.generation.layout.run_orderings_by_parts`, one completion
+        request per ordering and one scoring request; the server holds no cache to share)."""
+        return run_orderings_by_parts(self, questions, passages, orderings, candidates, max_new_tokens, stop)
+
     # ------------------------------------------------------------------ generation
     def generate(
         self,
@@ -711,8 +728,12 @@ class RemoteGenerator:
         questions: Sequence[str],
         passages: Sequence[Sequence[Passage | str]],
         max_new_tokens: int = 32,
+        drafts: Sequence[str | None] | None = None,
     ) -> list[str]:
-        """Greedy short answers (build each prompt, generate, :meth:`clean_answer`)."""
+        """Greedy short answers (build each prompt, generate, :meth:`clean_answer`). ``drafts`` are
+        accepted for the :class:`~ragkit.generation.base.GeneratorLike` signature and not checked
+        (a server offers no one-forward verification); the answers are the same either way."""
+        del drafts
         questions = list(questions)
         if len(questions) != len(passages):
             raise ValueError(f"answer() got {len(questions)} questions but {len(passages)} passage lists; "

@@ -35,17 +35,18 @@ import numpy as np
 
 from ragkit.batching import length_buckets
 from ragkit.generation.base import CandidateFn, OrderingRun, ScoreResult
-from ragkit.generation.decoding import decode_loop, finish_text, forward_logits
-from ragkit.generation.fitting import answer_text, encode_answers, encode_prompts, fit_passages, fit_prompt_ids
+from ragkit.generation.decoding import decode_loop, finish_text, generate
+from ragkit.generation.fitting import answer_text, encode_answers, encode_prompts, fit_prompt_ids
+from ragkit.generation.handle import ModelHandle, cache_ok, crop, forward_logits, layout, positions
+from ragkit.generation.layout import PromptSettings, candidate_rounds, ordering_inputs, ordering_prompts, per_query
 from ragkit.io import progress
-from ragkit.types import Passage, as_passages
+from ragkit.text import extract_answer
+from ragkit.types import Passage
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
-    from ragkit.generation.generator import Generator
     from ragkit.generation.prompts import PromptTemplate
-    from ragkit.generation.remote import RemoteGenerator
 
 logger = logging.getLogger(__name__)
 
@@ -53,8 +54,7 @@ logger = logging.getLogger(__name__)
 #: into length buckets (:func:`ragkit.batching.length_buckets`); a decoding batch pays it per step.
 FORWARD_COST_TOKENS = 32
 
-__all__ = ["score", "score_orderings", "run_orderings", "ordering_prompts", "ordering_inputs", "per_query",
-           "common_prefix_len", "prefix_plan", "cache_ok"]
+__all__ = ["score", "score_orderings", "run_orderings", "common_prefix_len", "prefix_plan"]
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -105,38 +105,8 @@ def prefix_plan(seqs: Sequence[Sequence[int]]) -> tuple[int, list[int]]:
     return best
 
 
-def cache_ok(gen: Generator) -> bool:
-    """Prefix reuse needs a decoder whose layers all use plain full attention (no sliding window)."""
-    cfg = gen.model.config
-    text_cfg = cfg.get_text_config(decoder=True) if hasattr(cfg, "get_text_config") else cfg
-    if getattr(text_cfg, "sliding_window", None) and getattr(text_cfg, "use_sliding_window", True):
-        layer_types = getattr(text_cfg, "layer_types", None)
-        if layer_types is None or any(t != "full_attention" for t in layer_types):
-            return False
-    return True
-
-
-def _layout(gen: Generator, prompts: Sequence[Sequence[int]], answers: Sequence[Sequence[int]]
-            ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``[pad.. prompt][answer ..pad]`` rows: every prompt ends in the same column."""
-    import torch
-
-    wp = max(len(p) for p in prompts)
-    wa = max((len(a) for a in answers), default=0)
-    ids = torch.full((len(prompts), wp + wa), gen._pad_id, dtype=torch.long)
-    mask = torch.zeros((len(prompts), wp + wa), dtype=torch.long)
-    for r, (p, a) in enumerate(zip(prompts, answers)):
-        ids[r, wp - len(p):wp] = torch.tensor(list(p), dtype=torch.long)
-        mask[r, wp - len(p):wp] = 1
-        if a:
-            ids[r, wp:wp + len(a)] = torch.tensor(list(a), dtype=torch.long)
-            mask[r, wp:wp + len(a)] = 1
-    dev = gen.device
-    return ids.to(dev), mask.to(dev)
-
-
 def _score_rows(
-    gen: Generator,
+    h: ModelHandle,
     input_ids: torch.Tensor,
     attention_mask: torch.Tensor,
     position_ids: torch.Tensor,
@@ -147,7 +117,7 @@ def _score_rows(
     import torch
 
     wa = max(len(a) for a in answers)
-    logits, _ = forward_logits(gen, input_ids, attention_mask, position_ids, past=past, keep=wa + 1)
+    logits, _ = forward_logits(h, input_ids, attention_mask, position_ids, past=past, keep=wa + 1)
     dev = logits.device
     rows = torch.tensor([r for r, a in enumerate(answers) for _ in a], device=dev, dtype=torch.long)
     cols = torch.tensor([t for a in answers for t in range(len(a))], device=dev, dtype=torch.long)
@@ -162,28 +132,22 @@ def _score_rows(
     return out
 
 
-def _encode_scored(gen: Generator, prompts: Sequence[str], answers: Sequence[str], what: Sequence[str]
+def _encode_scored(h: ModelHandle, prompts: Sequence[str], answers: Sequence[str], what: Sequence[str]
                    ) -> tuple[list[list[int]], list[list[int]]]:
     """Joint tokenisation, checks and fitting of (prompt, answer) pairs."""
     texts = [answer_text(p, a, i) for i, (p, a) in enumerate(zip(prompts, answers))]
-    p_ids, a_ids = encode_answers(gen.tokenizer, prompts, texts)
+    p_ids, a_ids = encode_answers(h.tokenizer, prompts, texts)
     for i, a in enumerate(a_ids):
         if not a:
             raise ValueError(f"{what[i]}: the answer {answers[i]!r} tokenises to nothing; pass a non-empty answer")
-        if len(a) >= gen.max_length:
+        if len(a) >= h.max_length:
             raise ValueError(f"{what[i]}: the answer has {len(a)} tokens, more than the context window "
-                             f"{gen.max_length}")
-        p_ids[i] = fit_prompt_ids(p_ids[i], gen.max_length - len(a), f"{what[i]} prompt", gen.max_length)
+                             f"{h.max_length}")
+        p_ids[i] = fit_prompt_ids(p_ids[i], h.max_length - len(a), f"{what[i]} prompt", h.max_length)
     return p_ids, a_ids
 
 
-def _positions(mask: torch.Tensor, offsets: torch.Tensor | None = None) -> torch.Tensor:
-    pos = (mask.cumsum(1) - 1).clamp(min=0)
-    return pos if offsets is None else pos + offsets[:, None]
-
-
-# ----------------------------------------------------------------------------- score
-def score(gen: Generator, prompts: Sequence[str], answers: Sequence[str]) -> ScoreResult:
+def score(h: ModelHandle, prompts: Sequence[str], answers: Sequence[str]) -> ScoreResult:
     """:meth:`ragkit.generation.Generator.score` (see there)."""
 
     prompts, answers = list(prompts), list(answers)
@@ -191,101 +155,27 @@ def score(gen: Generator, prompts: Sequence[str], answers: Sequence[str]) -> Sco
         raise ValueError(f"score() got {len(prompts)} prompts but {len(answers)} answers; pass one answer per prompt")
     if not prompts:
         return ScoreResult.from_token_logprobs([])
-    p_ids, a_ids = _encode_scored(gen, prompts, answers, [f"answer {i}" for i in range(len(prompts))])
-    return ScoreResult.from_token_logprobs(_score_ids(gen, p_ids, a_ids, desc="score"))
+    p_ids, a_ids = _encode_scored(h, prompts, answers, [f"answer {i}" for i in range(len(prompts))])
+    return ScoreResult.from_token_logprobs(_score_ids(h, p_ids, a_ids, desc="score"))
 
 
-def _score_ids(gen: Generator, p_ids: Sequence[Sequence[int]], a_ids: Sequence[Sequence[int]],
+def _score_ids(h: ModelHandle, p_ids: Sequence[Sequence[int]], a_ids: Sequence[Sequence[int]],
                desc: str = "score") -> list[np.ndarray]:
     import torch
 
     result: list[np.ndarray] = [np.empty(0)] * len(p_ids)
-    batches = length_buckets([len(p) + len(a) for p, a in zip(p_ids, a_ids)], gen.batch_size,
+    batches = length_buckets([len(p) + len(a) for p, a in zip(p_ids, a_ids)], h.batch_size,
                              forward_cost_tokens=FORWARD_COST_TOKENS)
     with torch.inference_mode():
-        for idx in progress(batches, show=gen.show_progress, desc=desc, leave=False):
-            ids, mask = _layout(gen, [p_ids[i] for i in idx], [a_ids[i] for i in idx])
-            rows = _score_rows(gen, ids, mask, _positions(mask), [a_ids[i] for i in idx])
+        for idx in progress(batches, show=h.show_progress, desc=desc, leave=False):
+            ids, mask = layout(h, [p_ids[i] for i in idx], [a_ids[i] for i in idx])
+            rows = _score_rows(h, ids, mask, positions(mask), [a_ids[i] for i in idx])
             for i, r in zip(idx, rows):
                 result[i] = r
     return result
 
 
 # ----------------------------------------------------------------------------- orderings
-def ordering_prompts(gen: Generator | RemoteGenerator, questions: Sequence[str],
-                     passages: Sequence[Sequence[Passage | str]],
-                     orderings: Sequence[Sequence[Sequence[int]]],
-                     template: PromptTemplate | None = None) -> list[list[str]]:
-    """Per query, the full prompt of each ordering (passages fitted once per query, order-free).
-
-    An ordering lists distinct passage indices; it may hold any subset (``[]``: no passages).
-    ``gen`` is any generator with the prompt settings (``tokenizer``, ``template``,
-    ``max_length``, ``answer_reserve``, ``passage_max_tokens``): local or remote. ``template``
-    replaces the generator's own (e.g. :func:`ragkit.generation.question_template`).
-    """
-    tmpl = gen.template if template is None else template
-    n = len(questions)
-    if not (len(passages) == len(orderings) == n):
-        raise ValueError(f"got {n} questions, {len(passages)} passage lists and {len(orderings)} ordering lists; "
-                         "pass one of each per query")
-    out: list[list[str]] = []
-    for q in range(n):
-        ps = as_passages(passages[q])
-        orders = [list(map(int, o)) for o in orderings[q]]
-        if not orders:
-            raise ValueError(f"query {q} has no orderings; pass at least one ordering")
-        for m, o in enumerate(orders):
-            if any(i < 0 or i >= len(ps) for i in o) or len(set(o)) != len(o):
-                raise ValueError(f"ordering {m} of query {q} ({o}) must list distinct passage indices "
-                                 f"in [0, {len(ps)})")
-        texts = fit_passages(gen.tokenizer, tmpl, questions[q], ps, max_length=gen.max_length,
-                             answer_reserve=gen.answer_reserve, passage_max_tokens=gen.passage_max_tokens)
-        out.append([tmpl.build(questions[q], [ps[i] for i in o], gen.tokenizer, [texts[i] for i in o])
-                    for o in orders])
-    return out
-
-
-def ordering_inputs(
-    gen: Generator | RemoteGenerator,
-    questions: Sequence[str],
-    passages: Sequence[Sequence[Passage | str]],
-    orderings: Sequence[Sequence[Sequence[int]]],
-    answers: Sequence[str | Sequence[str]],
-    template: PromptTemplate | None = None,
-) -> tuple[list[list[str]], list[list[str]]]:
-    """Per query, the prompt of each ordering (:func:`ordering_prompts`) and the answer scored under it.
-
-    ``answers[q]`` is one string (scored under every ordering of query ``q``) or one per ordering.
-    """
-    n = len(questions)
-    if not (len(passages) == len(orderings) == len(answers) == n):
-        raise ValueError(
-            f"score_orderings() got {n} questions, {len(passages)} passage lists, {len(orderings)} "
-            f"ordering lists and {len(answers)} answers; pass one of each per query")
-    prompts = ordering_prompts(gen, questions, passages, orderings, template)
-    ans: list[list[str]] = []
-    for q in range(n):
-        a = answers[q]
-        if isinstance(a, str):
-            ans.append([a] * len(prompts[q]))
-        else:
-            a = list(a)
-            if len(a) != len(prompts[q]):
-                raise ValueError(f"query {q} has {len(prompts[q])} orderings but {len(a)} answers; "
-                                 "pass one answer string or one answer per ordering")
-            ans.append(a)
-    return prompts, ans
-
-
-def per_query(token_logprobs: Sequence[np.ndarray], sizes: Sequence[int]) -> list[ScoreResult]:
-    """Flat per-answer token log-probs cut into one :class:`ScoreResult` per query (``sizes[q]`` rows each)."""
-    out, off = [], 0
-    for size in sizes:
-        out.append(ScoreResult.from_token_logprobs(token_logprobs[off:off + size]))
-        off += size
-    return out
-
-
 def _groups(p_ids: Sequence[Sequence[Sequence[int]]], batch_size: int) -> list[list[int]]:
     """Queries grouped so that each group's orderings fill about one batch (longest first)."""
     groups: list[list[int]] = []
@@ -306,17 +196,17 @@ def _groups(p_ids: Sequence[Sequence[Sequence[int]]], batch_size: int) -> list[l
 Plan = tuple[int, list[int]]  # (reference row, prefix length reused by each row): prefix_plan()
 
 
-def _prefix_cache(gen: Generator, queries: Sequence[int], p_ids: Sequence[Sequence[Sequence[int]]],
+def _prefix_cache(h: ModelHandle, queries: Sequence[int], p_ids: Sequence[Sequence[Sequence[int]]],
                   plans: Sequence[Plan]) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """Key/value tensors of the queries' cached prefixes (each its reference row's, right-padded)."""
     from transformers import DynamicCache
 
-    ids, mask = _layout(gen, [[] for _ in queries], [p_ids[q][plans[q][0]][: max(plans[q][1])] for q in queries])
-    _, cache = forward_logits(gen, ids, mask, _positions(mask), past=DynamicCache(config=gen.model.config), keep=1)
+    ids, mask = layout(h, [[] for _ in queries], [p_ids[q][plans[q][0]][: max(plans[q][1])] for q in queries])
+    _, cache = forward_logits(h, ids, mask, positions(mask), past=DynamicCache(config=h.model.config), keep=1)
     return [(layer.keys, layer.values) for layer in cache.layers]
 
 
-def _row_cache(gen: Generator, kv: Sequence[tuple[torch.Tensor, torch.Tensor]], idx: torch.Tensor,
+def _row_cache(h: ModelHandle, kv: Sequence[tuple[torch.Tensor, torch.Tensor]], idx: torch.Tensor,
                reuse: Sequence[int]) -> tuple[Any, torch.Tensor]:
     """A batch's cache: its queries' prefixes cut to the longest reuse of the batch, and the mask
     over those columns (row ``i`` sees its first ``reuse[i]`` cached positions)."""
@@ -326,37 +216,32 @@ def _row_cache(gen: Generator, kv: Sequence[tuple[torch.Tensor, torch.Tensor]], 
     width = max(1, max(reuse))
     cache = DynamicCache(ddp_cache_data=[(k.index_select(0, idx)[:, :, :width], v.index_select(0, idx)[:, :, :width])
                                          for k, v in kv])
-    lim = torch.tensor(list(reuse), device=gen.device, dtype=torch.long)
-    return cache, (torch.arange(width, device=gen.device)[None, :] < lim[:, None]).long()
-
-
-def _crop(cache: Any, length: int) -> None:
-    """Keep the first ``length`` positions of a cache (a negative ``crop`` works across versions)."""
-    extra = cache.get_seq_length() - length
-    if extra > 0:
-        cache.crop(-extra)
+    lim = torch.tensor(list(reuse), device=h.device, dtype=torch.long)
+    return cache, (torch.arange(width, device=h.device)[None, :] < lim[:, None]).long()
 
 
 def score_orderings(
-    gen: Generator,
+    h: ModelHandle,
+    settings: PromptSettings,
     questions: Sequence[str],
     passages: Sequence[Sequence[Passage | str]],
     orderings: Sequence[Sequence[Sequence[int]]],
     answers: Sequence[str | Sequence[str]],
     template: PromptTemplate | None = None,
 ) -> list[ScoreResult]:
-    """:meth:`ragkit.generation.Generator.score_orderings` (see there)."""
+    """:meth:`ragkit.generation.Generator.score_orderings` (see there): the prompts laid out with
+    ``settings``, run through the model of ``h``."""
     import torch
 
-    prompts, ans = ordering_inputs(gen, questions, passages, orderings, answers, template)
+    prompts, ans = ordering_inputs(settings, questions, passages, orderings, answers, template)
     n = len(prompts)
     flat_p = [p for ps_ in prompts for p in ps_]
     flat_a = [a for as_ in ans for a in as_]
     what = [f"query {q} ordering {m}" for q in range(n) for m in range(len(prompts[q]))]
-    p_flat, a_flat = _encode_scored(gen, flat_p, flat_a, what)
-    if not cache_ok(gen):
+    p_flat, a_flat = _encode_scored(h, flat_p, flat_a, what)
+    if not cache_ok(h):
         logger.info("model cache layout does not allow prefix reuse; scoring orderings without it")
-        return per_query(_score_ids(gen, p_flat, a_flat, desc="score orderings"), [len(ps_) for ps_ in prompts])
+        return per_query(_score_ids(h, p_flat, a_flat, desc="score orderings"), [len(ps_) for ps_ in prompts])
     p_ids: list[list[list[int]]] = []
     a_ids: list[list[list[int]]] = []
     off = 0
@@ -367,14 +252,14 @@ def score_orderings(
     plans = [prefix_plan(p_ids[q]) for q in range(n)]
     results: list[list[np.ndarray]] = [[np.empty(0)] * len(p_ids[q]) for q in range(n)]
     with torch.inference_mode():
-        for g in progress(_groups(p_ids, gen.batch_size), show=gen.show_progress, desc="score orderings",
+        for g in progress(_groups(p_ids, h.batch_size), show=h.show_progress, desc="score orderings",
                           leave=False):
-            _score_group(gen, g, p_ids, a_ids, plans, results)
+            _score_group(h, g, p_ids, a_ids, plans, results)
     return [ScoreResult.from_token_logprobs(r) for r in results]
 
 
 def _score_group(
-    gen: Generator,
+    h: ModelHandle,
     group: Sequence[int],
     p_ids: list[list[list[int]]],
     a_ids: list[list[list[int]]],
@@ -384,7 +269,7 @@ def _score_group(
     """Prefix forward once for the group's queries, then suffix + answer for all their orderings."""
     import torch
 
-    dev = gen.device
+    dev = h.device
     reuse = {(q, m): plans[q][1][m] for q in group for m in range(len(p_ids[q]))}
     with_prefix = [q for q in group if max(plans[q][1]) > 0]
     local = {q: j for j, q in enumerate(with_prefix)}
@@ -393,43 +278,31 @@ def _score_group(
     plain = [r for r in rows if reuse[r] == 0]
     cached = [r for r in rows if reuse[r] > 0]
     if plain:
-        res = _score_ids(gen, [p_ids[q][m] for q, m in plain], [a_ids[q][m] for q, m in plain])
+        res = _score_ids(h, [p_ids[q][m] for q, m in plain], [a_ids[q][m] for q, m in plain])
         for (q, m), r in zip(plain, res):
             results[q][m] = r
     if not cached:
         return
-    kv = _prefix_cache(gen, with_prefix, p_ids, plans)
+    kv = _prefix_cache(h, with_prefix, p_ids, plans)
     # rows cut into length buckets by what they still compute (suffix + answer), so that a row
     # reusing most of the prompt is not padded to one that reuses little
     work = [len(p_ids[q][m]) - reuse[(q, m)] + len(a_ids[q][m]) for q, m in cached]
-    for b in length_buckets(work, gen.batch_size, forward_cost_tokens=FORWARD_COST_TOKENS):
+    for b in length_buckets(work, h.batch_size, forward_cost_tokens=FORWARD_COST_TOKENS):
         sel = [cached[j] for j in b]
         idx = torch.tensor([local[q] for q, _ in sel], device=dev, dtype=torch.long)
-        ids, mask = _layout(gen, [p_ids[q][m][reuse[(q, m)]:] for q, m in sel], [a_ids[q][m] for q, m in sel])
-        cache, pre_mask = _row_cache(gen, kv, idx, [reuse[r] for r in sel])
+        ids, mask = layout(h, [p_ids[q][m][reuse[(q, m)]:] for q, m in sel], [a_ids[q][m] for q, m in sel])
+        cache, pre_mask = _row_cache(h, kv, idx, [reuse[r] for r in sel])
         full_mask = torch.cat([pre_mask, mask], dim=1)
         offs = torch.tensor([reuse[r] for r in sel], device=dev, dtype=torch.long)
-        out = _score_rows(gen, ids, full_mask, _positions(mask, offs), [a_ids[q][m] for q, m in sel], past=cache)
+        out = _score_rows(h, ids, full_mask, positions(mask, offs), [a_ids[q][m] for q, m in sel], past=cache)
         for (q, m), r in zip(sel, out):
             results[q][m] = r
 
 
 # ----------------------------------------------------------------------------- one prefill per ordering
-def _rounds(cands: Sequence[str | Sequence[str]], m: int, q: int) -> list[list[str]]:
-    out: list[list[str]] = []
-    for j, c in enumerate(cands):
-        if isinstance(c, str):
-            out.append([c] * m)
-        else:
-            c = [str(x) for x in c]
-            if len(c) != m:
-                raise ValueError(f"candidate round {j} of query {q} has {len(c)} answers for {m} orderings")
-            out.append(c)
-    return out
-
-
 def run_orderings(
-    gen: Generator,
+    h: ModelHandle,
+    settings: PromptSettings,
     questions: Sequence[str],
     passages: Sequence[Sequence[Passage | str]],
     orderings: Sequence[Sequence[Sequence[int]]],
@@ -437,50 +310,51 @@ def run_orderings(
     max_new_tokens: int = 16,
     stop: Sequence[str] | None = None,
 ) -> list[OrderingRun]:
-    """:meth:`ragkit.generation.Generator.run_orderings` (see there)."""
+    """:meth:`ragkit.generation.Generator.run_orderings` (see there): the prompts laid out with
+    ``settings``, run through the model of ``h``."""
     import torch
 
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-    stops = [s for s in (stop if stop is not None else gen.template.stop) if s]
-    prompts = ordering_prompts(gen, questions, passages, orderings)
+    stops = [s for s in (stop if stop is not None else settings.template.stop) if s]
+    prompts = ordering_prompts(settings, questions, passages, orderings)
     n = len(prompts)
-    room = gen.max_length - max_new_tokens
+    room = h.max_length - max_new_tokens
     if room < 1:
-        raise ValueError(f"max_new_tokens={max_new_tokens} leaves no room in the context window {gen.max_length}")
-    p_ids = [[fit_prompt_ids(p, room, f"query {q} ordering {m}", gen.max_length)
-              for m, p in enumerate(encode_prompts(gen.tokenizer, ps))] for q, ps in enumerate(prompts)]
+        raise ValueError(f"max_new_tokens={max_new_tokens} leaves no room in the context window {h.max_length}")
+    p_ids = [[fit_prompt_ids(p, room, f"query {q} ordering {m}", h.max_length)
+              for m, p in enumerate(encode_prompts(h.tokenizer, ps))] for q, ps in enumerate(prompts)]
     plans = [prefix_plan(p) for p in p_ids]
-    use_cache = cache_ok(gen)
+    use_cache = cache_ok(h)
     runs: list[OrderingRun | None] = [None] * n
     plain = [q for q in range(n) if not use_cache or max(plans[q][1]) == 0]
     if plain:
         flat = [prompts[q][m] for q in plain for m in range(len(prompts[q]))]
-        outs = gen.generate(flat, max_new_tokens=max_new_tokens, stop=stops)
+        outs = generate(h, flat, max_new_tokens=max_new_tokens, stop=stops)
         off = 0
         for q in plain:
             mq = len(prompts[q])
-            runs[q] = OrderingRun(answers=[gen.clean_answer(str(o)) for o in outs[off:off + mq]])
+            runs[q] = OrderingRun(answers=[extract_answer(str(o)) for o in outs[off:off + mq]])
             off += mq
     # rows to score outside the cache: (query, ordering, round, answer)
     fallback: list[tuple[int, int, int, str]] = []
     cached_q = [q for q in range(n) if q not in set(plain)]
     lps: dict[tuple[int, int, int], np.ndarray] = {}
     with torch.inference_mode():
-        for g in progress(_groups([p_ids[q] for q in cached_q], gen.batch_size), show=gen.show_progress,
+        for g in progress(_groups([p_ids[q] for q in cached_q], h.batch_size), show=h.show_progress,
                           desc="run orderings", leave=False):
             group = [cached_q[j] for j in g]
-            _run_group(gen, group, prompts, p_ids, plans, max_new_tokens, stops, candidates, runs,
+            _run_group(h, group, prompts, p_ids, plans, max_new_tokens, stops, candidates, runs,
                        lps, fallback)
     for q in plain:
         run = runs[q]
         assert run is not None
         if candidates is not None:
-            run.candidates = _rounds(candidates(q, list(run.answers)), len(prompts[q]), q)
+            run.candidates = candidate_rounds(candidates(q, list(run.answers)), len(prompts[q]), q)
             for j, rnd in enumerate(run.candidates):
                 fallback += [(q, m, j, c) for m, c in enumerate(rnd) if c.strip()]
     if fallback:
-        res = score(gen, [prompts[q][m] for q, m, _, _ in fallback], [c for _, _, _, c in fallback])
+        res = score(h, [prompts[q][m] for q, m, _, _ in fallback], [c for _, _, _, c in fallback])
         for (q, m, j, _), r in zip(fallback, res.token_logprobs):
             lps[(q, m, j)] = r
     out: list[OrderingRun] = []
@@ -495,7 +369,7 @@ def run_orderings(
 
 
 def _run_group(
-    gen: Generator,
+    h: ModelHandle,
     group: Sequence[int],
     prompts: Sequence[Sequence[str]],
     p_ids: Sequence[Sequence[Sequence[int]]],
@@ -510,38 +384,38 @@ def _run_group(
     """Prefix once, each ordering's suffix once + greedy decoding, then candidates from the caches."""
     import torch
 
-    dev = gen.device
+    dev = h.device
     local = {q: j for j, q in enumerate(group)}
-    kv = _prefix_cache(gen, group, p_ids, plans)
+    kv = _prefix_cache(h, group, p_ids, plans)
     rows = [(q, m) for q in group for m in range(len(p_ids[q]))]
     states = []
     tokens: dict[tuple[int, int], tuple[list[int], list[float]]] = {}
     work = [len(p_ids[q][m]) - plans[q][1][m] for q, m in rows]
-    for b in length_buckets(work, gen.batch_size, forward_cost_tokens=FORWARD_COST_TOKENS * (1 + max_new_tokens)):
+    for b in length_buckets(work, h.batch_size, forward_cost_tokens=FORWARD_COST_TOKENS * (1 + max_new_tokens)):
         sel = [rows[j] for j in b]
         idx = torch.tensor([local[q] for q, _ in sel], device=dev, dtype=torch.long)
         reuse = [plans[q][1][m] for q, m in sel]
-        ids, mask = _layout(gen, [p_ids[q][m][r:] for (q, m), r in zip(sel, reuse)], [[] for _ in sel])
-        cache, pre_mask = _row_cache(gen, kv, idx, reuse)
+        ids, mask = layout(h, [p_ids[q][m][r:] for (q, m), r in zip(sel, reuse)], [[] for _ in sel])
+        cache, pre_mask = _row_cache(h, kv, idx, reuse)
         full_mask = torch.cat([pre_mask, mask], dim=1)
         offs = torch.tensor(reuse, device=dev, dtype=torch.long)
-        pos = _positions(mask, offs)
-        new, logps = decode_loop(gen, cache, ids, full_mask, pos, max_new_tokens, stops)
+        pos = positions(mask, offs)
+        new, logps = decode_loop(h, cache, ids, full_mask, pos, max_new_tokens, stops)
         for (q, m), t, lp in zip(sel, new, logps):
             tokens[(q, m)] = (t, lp)
         if candidates is not None:
             width = full_mask.shape[1]
-            _crop(cache, width - 1)  # the prompt without its last token, which each round re-feeds
+            crop(cache, width - 1)  # the prompt without its last token, which each round re-feeds
             states.append((sel, cache, full_mask[:, :-1], ids[:, -1], pos[:, -1]))
     for q in group:
-        texts = [finish_text(gen, tokens[(q, m)][0], stops) for m in range(len(p_ids[q]))]
-        runs[q] = OrderingRun(answers=[gen.clean_answer(t) for t in texts])
+        texts = [finish_text(h, tokens[(q, m)][0], stops) for m in range(len(p_ids[q]))]
+        runs[q] = OrderingRun(answers=[extract_answer(t) for t in texts])
     if candidates is None:
         return
     for q in group:
         run = runs[q]
         assert run is not None
-        run.candidates = _rounds(candidates(q, list(run.answers)), len(p_ids[q]), q)
+        run.candidates = candidate_rounds(candidates(q, list(run.answers)), len(p_ids[q]), q)
     for sel, cache, mask, last_tok, last_pos in states:
         width = mask.shape[1]
         n_rounds = max(len(runs[q].candidates) for q, _ in sel)  # type: ignore[union-attr]
@@ -553,7 +427,7 @@ def _run_group(
                 c = run.candidates[j][m] if j < len(run.candidates) else ""
                 a: list[int] = []
                 if c.strip():
-                    p_joint, a_ids = encode_answers(gen.tokenizer, [prompts[q][m]],
+                    p_joint, a_ids = encode_answers(h.tokenizer, [prompts[q][m]],
                                                     [answer_text(prompts[q][m], c, m)])
                     gen_t, gen_lp = tokens[(q, m)]
                     if not a_ids[0] or p_joint[0] != list(p_ids[q][m]):
@@ -566,7 +440,7 @@ def _run_group(
             if not any(need):
                 continue
             wa = max(len(a) for a in need)
-            ids = torch.full((len(sel), 1 + wa), gen._pad_id, dtype=torch.long)
+            ids = torch.full((len(sel), 1 + wa), h.pad_id, dtype=torch.long)
             new_mask = torch.zeros((len(sel), 1 + wa), dtype=torch.long)
             for r, a in enumerate(need):
                 if a:
@@ -575,8 +449,8 @@ def _run_group(
             ids, new_mask = ids.to(dev), new_mask.to(dev)
             ids[:, 0] = last_tok
             pos = last_pos[:, None] + torch.arange(1 + wa, device=dev)[None, :]
-            logits, _ = forward_logits(gen, ids, torch.cat([mask, new_mask], dim=1), pos, past=cache, keep=1 + wa)
-            _crop(cache, width)
+            logits, _ = forward_logits(h, ids, torch.cat([mask, new_mask], dim=1), pos, past=cache, keep=1 + wa)
+            crop(cache, width)
             lsm = logits[:, :wa] - torch.logsumexp(logits[:, :wa], dim=-1, keepdim=True)
             for r, ((q, m), a) in enumerate(zip(sel, need)):
                 if a:

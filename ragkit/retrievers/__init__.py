@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from ragkit.retrievers.base import IndexFormatError, Retriever, load_retriever, read_manifest
 from ragkit.retrievers.bm25 import BM25Retriever
+from ragkit.retrievers.factory import RETRIEVER_KINDS, make_retriever
 
 __all__ = [
     "Retriever",
@@ -18,6 +19,8 @@ __all__ = [
     "IndexFormatError",
     "load_retriever",
     "read_manifest",
+    "make_retriever",
+    "RETRIEVER_KINDS",
 ]
 
 

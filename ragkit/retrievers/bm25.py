@@ -345,8 +345,9 @@ class BM25Retriever(Retriever):
     def _token_chunks(self, passages: list[Passage], show: bool) -> Iterator[list[list[str]]]:
         """Tokens of ``chunk_size`` passages at a time (the whole corpus is never tokenised at
         once, nor copied into one list of strings)."""
-        bar = progress(range(0, len(passages), self.chunk_size), show=show, desc="tokenize",
-                       leave=False, unit_scale=self.chunk_size)
+        # one chunk is quick: no bar (a 5-passage corpus showed "tokenize 0/10000")
+        bar = progress(range(0, len(passages), self.chunk_size), show=show and len(passages) > self.chunk_size,
+                       desc="tokenize", leave=False, unit="chunk")
         for start in bar:
             yield self.tokenizer([p.contents for p in passages[start:start + self.chunk_size]])
 
@@ -375,7 +376,7 @@ class BM25Retriever(Retriever):
             # a Python list per document (a few bytes per token instead of ~100 per document)
             model.scores = model.build_index_from_ids(
                 unique_token_ids=list(range(len(vocab))), corpus_token_ids=docs,
-                show_progress=show)
+                show_progress=show and len(passages) > self.chunk_size)  # bm25s's own two bars: big corpora only
             vocab[""] = len(vocab)  # bm25s's empty-query token (ragkit never produces it)
             model.vocab_dict = vocab
             model.unique_token_ids_set = set(vocab.values())

@@ -230,8 +230,8 @@ class DenseRetriever(Retriever):
         show = progress_enabled(self.show_progress)
         starts = range(0, len(passages), step)
         for start in progress(starts, show=show and len(starts) > 1, desc="encode", leave=False):
-            yield self.encode_passages(passages[start:start + step],
-                                       show_progress=show and len(starts) == 1)
+            yield self.encode_passages(passages[start:start + step],  # one batch: no bar
+                                       show_progress=show and len(starts) == 1 and len(passages) > self.batch_size)
 
     def _build(self, passages: list[Passage]) -> None:
         chunks = self._encoded_chunks(passages)

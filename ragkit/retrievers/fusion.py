@@ -3,6 +3,11 @@
 The dict format is ranx's ``Run`` format, so results can be compared with ``ranx.fuse`` directly.
 Within a run, a query's documents are ranked by descending score, ties broken by ascending doc
 id (rank 1 = best).
+
+These are written here rather than called from ``ranx.fuse`` (which gives the same fused scores,
+tested): ranx is an optional extra (``ragkit[eval]``) because it brings numba, pandas, seaborn,
+fastparquet and ir-datasets, and hybrid retrieval is core; a dozen lines of plain Python also
+fuse a handful of runs without numba's compilation on first use.
 """
 
 from __future__ import annotations

@@ -8,6 +8,11 @@ Endpoints
 ``POST /rerank`` (Hugging Face text-embeddings-inference)
     ``{"query": str, "texts": [str], "raw_scores"?: bool, "return_text"?: bool}`` ->
     ``[{"index", "score"}]``, best first.
+``POST /v1/attribute``
+    ``{"query": str, "documents": [str | {"text": str}], "answer": str}`` -> ``{"results": [{"index",
+    "contribution"}], "full_logprob", "meta"}``: each document's leave-one-out contribution to the
+    answer, ``log p(answer | all documents) - log p(answer | all but this one)`` (MoI rerankers only:
+    they hold the generator).
 ``GET /health``
     200 ``{"status": "ok"}`` while the reranker answers; 503 with ``"stuck"`` (a reranker call
     has run past ``request_timeout_s``), ``"failing"`` (the last batches all failed, e.g. an
@@ -40,6 +45,7 @@ import hashlib
 import hmac
 import logging
 import time
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
@@ -48,12 +54,15 @@ from pydantic import BaseModel
 
 from ragkit.debias.cross_encoder import CrossEncoderReranker
 from ragkit.serve.batcher import MicroBatcher, QueueFullError
+from ragkit.serve.cache import ScoreCache, cached_rank_many, model_key
 from ragkit.serve.schemas import (
+    AttributeRequest,
     CohereRerankRequest,
     RequestError,
     TEIRerankRequest,
     cohere_response,
     parse_request,
+    sigmoid,
     tei_response,
 )
 from ragkit.serve.settings import ServeSettings
@@ -100,22 +109,47 @@ class _Metrics:
         self.queue = Gauge("ragkit_queue_depth", "Requests waiting for the reranker", registry=self.registry)
         self.pending_bytes = Gauge("ragkit_pending_body_bytes", "Request-body bytes held by the server",
                                    registry=self.registry)
+        self.cache_hits = Counter("ragkit_cache_hits_total", "Pair scores served from the score cache",
+                                  registry=self.registry)
+        self.cache_misses = Counter("ragkit_cache_misses_total", "Pair scores not in the score cache",
+                                    registry=self.registry)
+        self.truncated = Counter("ragkit_documents_truncated_total", "Documents of which some tokens were not read",
+                                 registry=self.registry)
+        self.chunked = Counter("ragkit_documents_chunked_total", "Documents scored as several chunks",
+                               registry=self.registry)
+
+    def on_lookup(self, hit: bool) -> None:
+        (self.cache_hits if hit else self.cache_misses).inc()
 
     def on_batch(self, n: int, seconds: float) -> None:
         self.batch_size.observe(n)
         self.batch_seconds.observe(seconds)
 
 
-def _rank_fn(reranker: Any, settings: ServeSettings) -> Callable[[list[str], list[list[Passage]]], list[RankedList]]:
-    """The batch function: ``reranker.rank_many``; a cross-encoder gets the settings' length bucketing."""
+def is_pointwise(reranker: Any) -> bool:
+    """Whether ``reranker`` scores each (query, document) pair on its own (its scores can be cached):
+    its ``pointwise`` attribute (cross-encoders, the student and ``llm:`` say so; MoI and the residual
+    student, whose scores depend on the other passages or their places, do not)."""
+    return bool(getattr(reranker, "pointwise", False))
+
+
+def _rank_fn(reranker: Any, settings: ServeSettings,
+             cache: ScoreCache | None = None) -> Callable[[list[str], list[list[Passage]]], list[RankedList]]:
+    """The batch function: ``reranker.rank_many`` (through ``cache`` when given); a cross-encoder gets the
+    settings' length bucketing, a pointwise reranker their long-document rule."""
     if not callable(getattr(reranker, "rank_many", None)):
         raise TypeError(f"{type(reranker).__name__} has no rank_many(queries, passage_lists); "
                         "pass a ragkit.reranking.Reranker")
     if isinstance(reranker, CrossEncoderReranker):
         reranker.max_batch_tokens = settings.max_batch_tokens
         reranker.forward_cost_tokens = settings.forward_cost_tokens
+    if hasattr(reranker, "long_docs") and settings.long_docs is not None:
+        reranker.long_docs = settings.long_docs
+    key = model_key(reranker, settings.model_name) if cache is not None else ""
 
     def fn(queries: list[str], passages: list[list[Passage]]) -> list[RankedList]:
+        if cache is not None:
+            return cached_rank_many(reranker, cache, key, queries, passages)
         return list(reranker.rank_many(queries, passages))
 
     return fn
@@ -167,9 +201,16 @@ class RerankService:
         self.reranker = reranker
         self.settings = settings or ServeSettings()
         self.metrics = _Metrics()
-        self.batcher = MicroBatcher(_rank_fn(reranker, self.settings), self.settings.max_batch_size,
+        self.cache = ScoreCache(self.settings.cache_size, on_lookup=self.metrics.on_lookup) \
+            if self.settings.cache_size and is_pointwise(reranker) else None
+        self.moi = getattr(reranker, "moi", None) is not None
+        self.calibration = getattr(reranker, "calibration", None)
+        self.batcher = MicroBatcher(_rank_fn(reranker, self.settings, self.cache), self.settings.max_batch_size,
                                     self.settings.max_wait_ms, self.settings.max_queue,
-                                    on_batch=self.metrics.on_batch)
+                                    on_batch=self.metrics.on_batch,
+                                    max_batch_weight=self.settings.max_batch_documents)
+        # a cross-encoder scores each pair on its own, so a large request can be ranked in slices
+        self.pointwise = isinstance(reranker, CrossEncoderReranker)
         self.body_bytes = _ByteBudget(self.settings.pending_bytes_limit)
 
     # ------------------------------------------------------------------ building blocks
@@ -237,7 +278,7 @@ class RerankService:
         """
         passages = [Passage(id=str(i), text=d) for i, d in enumerate(docs)]
         self.metrics.queue.set(self.batcher.depth)
-        job = asyncio.ensure_future(self.batcher.submit(query, passages, key=_request_key(query, docs)))
+        job = asyncio.ensure_future(self._submit(query, passages, _request_key(query, docs)))
         gone = asyncio.ensure_future(_disconnected(request))
         try:
             done, _ = await asyncio.wait({job, gone}, timeout=self.settings.request_timeout_s,
@@ -261,6 +302,16 @@ class RerankService:
         raise RequestError(504, "", f"the reranker did not answer within {self.settings.request_timeout_s:g} s "
                                     "(request_timeout_s); retry later, or send fewer or shorter documents",
                            kind="Timeout")
+
+    async def _submit(self, query: str, passages: list[Passage], key: str) -> RankedList:
+        size = self.settings.slice_documents
+        if not self.pointwise or size == 0 or len(passages) <= size:
+            return await self.batcher.submit(query, passages, key=key)
+        parts = await self.batcher.submit_slices(
+            query, [passages[i:i + size] for i in range(0, len(passages), size)], key=key)
+        # the slices' hits back in request order, then sorted as the reranker sorts (ties: request order)
+        hits = sorted((h for part in parts for h in part), key=lambda h: int(h.passage.id))
+        return RankedList.from_scores([h.passage for h in hits], [h.score for h in hits], parts[0].query)
 
     async def handle(self, request: Any, endpoint: str, model: type[R],
                      run: Callable[[Any, R], Awaitable[Any]]) -> Any:
@@ -299,15 +350,67 @@ class RerankService:
             self.metrics.latency.labels(endpoint).observe(time.perf_counter() - t0)
 
     # ------------------------------------------------------------------ endpoints
+    def score(self, raw: float) -> float:
+        """The reported ``relevance_score`` of a raw score: the reranker's calibration when it has one
+        (:class:`ragkit.debias.calibration.PlattCalibration`), else ``sigmoid(raw)``."""
+        return float(self.calibration(raw)) if self.calibration is not None else sigmoid(raw)
+
+    def meta(self, ranked: RankedList) -> dict[str, Any]:
+        """The ``meta`` fields ragkit adds: documents ``truncated`` / ``chunked``, cache hits, and for
+        MoI ``abstain`` (no document helps) and ``fallback`` (MoI returned the input order)."""
+        details = ranked.info.details
+        long_docs = details.get("long_docs") or {}
+        out: dict[str, Any] = {"truncated": int(long_docs.get("truncated", 0)),
+                               "chunked": int(long_docs.get("chunked", 0))}
+        self.metrics.truncated.inc(out["truncated"])
+        self.metrics.chunked.inc(out["chunked"])
+        if "cache" in details:
+            out["cache_hits"] = int(details["cache"]["hits"])
+        if self.moi:
+            thr = self.settings.effect_threshold
+            out["abstain"] = not any(h.score > thr for h in ranked)
+            out["fallback"] = bool(ranked.info.fallback)
+            if ranked.info.fallback_reason:
+                out["fallback_reason"] = ranked.info.fallback_reason
+            out["effect_threshold"] = thr
+        return out
+
     async def _run_cohere(self, request: Any, req: CohereRerankRequest) -> dict[str, Any]:
         ranked = await self.rank(request, req.query, req.texts())
         self.metrics.documents.inc(len(req.documents))
-        return cohere_response(req, ranked, self.settings.model_name)
+        return cohere_response(req, ranked, self.settings.model_name, score=self.score, meta=self.meta(ranked),
+                               effect_threshold=self.settings.effect_threshold if self.moi else None)
 
     async def _run_tei(self, request: Any, req: TEIRerankRequest) -> list[dict[str, Any]]:
         ranked = await self.rank(request, req.query, req.texts())
         self.metrics.documents.inc(len(req.texts()))
-        return tei_response(req, ranked)
+        self.meta(ranked)
+        return tei_response(req, ranked, score=self.score)
+
+    async def _run_attribute(self, request: Any, req: AttributeRequest) -> dict[str, Any]:
+        if not self.moi:
+            raise RequestError(404, "", "`/v1/attribute` needs a generator: serve an MoI reranker "
+                                        "(--reranker moi --model ...)", kind="NotFound")
+        docs = req.texts()
+        gen = self.reranker.moi.generator
+        passages = [Passage(id=str(i), text=d) for i, d in enumerate(docs)]
+        prompts = [gen.build_prompt(req.query, passages)] + \
+            [gen.build_prompt(req.query, passages[:i] + passages[i + 1:]) for i in range(len(passages))]
+        res = await self.batcher.call(gen.score, prompts, [req.answer] * len(prompts))
+        full = float(res.sum[0])
+        contrib = [full - float(x) for x in res.sum[1:]]
+        order = sorted(range(len(docs)), key=lambda i: (-contrib[i], i))
+        thr = self.settings.effect_threshold
+        return {"id": str(uuid.uuid4()), "full_logprob": full,
+                "results": [{"index": i, "contribution": contrib[i],
+                             "effect": "helps" if contrib[i] > thr else "hurts" if contrib[i] < -thr else "neutral"}
+                            for i in order],
+                "meta": {"model": self.settings.model_name, "answer_tokens": int(res.num_tokens[0]),
+                         "effect_threshold": thr}}
+
+    async def attribute(self, request: Any) -> Any:
+        """``POST /v1/attribute``."""
+        return await self.handle(request, "attribute", AttributeRequest, self._run_attribute)
 
     async def cohere_rerank(self, request: Any) -> Any:
         """``POST /v1/rerank``, ``/v2/rerank``."""
@@ -350,6 +453,9 @@ class RerankService:
         out: dict[str, Any] = {"model": self.settings.model_name, "batches": self.batcher.batches,
                                "requests": self.batcher.requests, "settings": self.settings.public(),
                                "pending_body_bytes": self.body_bytes.held}
+        if self.cache is not None:
+            out["cache"] = {"size": self.cache.size, "entries": len(self.cache), "hits": self.cache.hits,
+                            "misses": self.cache.misses}
         r = self.reranker
         if isinstance(r, CrossEncoderReranker):
             out["pairs"] = {"requested": r.pairs_requested, "scored": r.pairs_scored,
@@ -373,6 +479,7 @@ class RerankService:
             Route("/v1/rerank", self.cohere_rerank, methods=["POST"]),
             Route("/v2/rerank", self.cohere_rerank, methods=["POST"]),
             Route("/rerank", self.tei_rerank, methods=["POST"]),
+            Route("/v1/attribute", self.attribute, methods=["POST"]),
             Route("/health", self.health, methods=["GET"]),
             Route("/metrics", self.prometheus, methods=["GET"]),
         ]

@@ -7,7 +7,6 @@ import logging
 import queue
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,6 +28,9 @@ class _Item:
     passages: Any
     future: asyncio.Future[Any]
     key: Any = None
+    group: int = 0  # the request this item is a slice of
+    seq: int = 0  # the slice's position in its request
+    weight: int = 1  # its documents (for max_batch_weight)
     enqueued: float = field(default_factory=time.monotonic)
 
 
@@ -63,6 +65,13 @@ class _Worker:
 
     def shutdown(self) -> None:
         self._jobs.put(None)
+
+
+def _size(passages: Any) -> int:
+    try:
+        return len(passages)
+    except TypeError:
+        return 1
 
 
 def _settle(fut: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
@@ -104,6 +113,12 @@ class MicroBatcher:
         Called on the event loop after every batch with ``(batch_size, seconds)``.
     quarantine_s
         How long a request that failed on its own input is refused without running (0: never).
+    max_batch_weight
+        Most documents merged into one call (``None``: no bound); a request heavier than that
+        runs alone. With :meth:`submit_slices`, a large request of a pointwise reranker is cut
+        into slices that are taken round-robin with other requests (every request's first slice
+        before any request's second, one slice of a request per call), so a small request waits
+        for at most one slice's call instead of the whole of a large request.
     """
 
     def __init__(
@@ -114,6 +129,7 @@ class MicroBatcher:
         max_queue: int = 256,
         on_batch: Callable[[int, float], None] | None = None,
         quarantine_s: float = 60.0,
+        max_batch_weight: int | None = None,
     ) -> None:
         if max_batch_size < 1 or max_queue < 1 or max_wait_ms < 0:
             raise ValueError("max_batch_size and max_queue must be >= 1 and max_wait_ms >= 0")
@@ -122,7 +138,10 @@ class MicroBatcher:
         self.max_wait = float(max_wait_ms) / 1000.0
         self.max_queue = int(max_queue)
         self.on_batch = on_batch
-        self._pending: deque[_Item] = deque()
+        self._pending: list[_Item] = []
+        self._groups: dict[int, int] = {}  # request -> its items waiting
+        self._next_group = 0
+        self.max_batch_weight = max_batch_weight
         self._wakeup: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
         self._worker: _Worker | None = None
@@ -138,7 +157,7 @@ class MicroBatcher:
     @property
     def depth(self) -> int:
         """Requests waiting for the model (not counting the batch that is running)."""
-        return len(self._pending)
+        return len(self._groups)
 
     @property
     def alive(self) -> bool:
@@ -169,8 +188,9 @@ class MicroBatcher:
             except (asyncio.CancelledError, Exception):  # noqa: BLE001 - shutting down
                 pass
             self._task = None
-        while self._pending:
-            it = self._pending.popleft()
+        pending, self._pending = self._pending, []
+        self._groups.clear()
+        for it in pending:
             if not it.future.done():
                 it.future.set_exception(RuntimeError("the server is shutting down"))
         if self._worker is not None:
@@ -178,6 +198,14 @@ class MicroBatcher:
             self._worker = None
 
     # ------------------------------------------------------------------ submitting
+    async def call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run ``fn(*args)`` on the model's worker thread, between batches (the model is never called
+        concurrently), and return its result; not batched, not counted."""
+        if not self.alive:
+            await self.start()
+        assert self._worker is not None
+        return await self._worker.submit(fn, *args)
+
     async def submit(self, query: Any, passages: Any, key: Any = None) -> Any:
         """Queue one request and wait for its result.
 
@@ -191,6 +219,16 @@ class MicroBatcher:
         Exception
             What the batch function raised for this request (at once when it is quarantined).
         """
+        (result,) = await self.submit_slices(query, [passages], key)
+        return result
+
+    async def submit_slices(self, query: Any, slices: Sequence[Any], key: Any = None) -> list[Any]:
+        """Queue one request cut into ``slices`` of its passages and wait for every slice's result.
+
+        Only for a batch function that scores each (query, passage) independently (a pointwise
+        reranker): each slice is ranked on its own. The request counts once against ``max_queue``;
+        when a slice fails, the others are dropped and the error raised.
+        """
         if not self.alive:
             await self.start()
         if key is not None and key in self._quarantine:
@@ -198,13 +236,24 @@ class MicroBatcher:
             if time.monotonic() < until:
                 raise error
             del self._quarantine[key]
-        if len(self._pending) >= self.max_queue:
-            raise QueueFullError(f"{len(self._pending)} requests are waiting (max_queue={self.max_queue})")
-        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._pending.append(_Item(query, passages, fut, key))
+        if len(self._groups) >= self.max_queue:
+            raise QueueFullError(f"{len(self._groups)} requests are waiting (max_queue={self.max_queue})")
+        loop = asyncio.get_running_loop()
+        group, self._next_group = self._next_group, self._next_group + 1
+        futs: list[asyncio.Future[Any]] = []
+        for seq, passages in enumerate(slices):
+            fut: asyncio.Future[Any] = loop.create_future()
+            futs.append(fut)
+            self._pending.append(_Item(query, passages, fut, key, group, seq, max(1, _size(passages))))
+        self._groups[group] = len(futs)
         assert self._wakeup is not None
         self._wakeup.set()
-        return await fut
+        try:
+            return list(await asyncio.gather(*futs))
+        except BaseException:
+            for f in futs:
+                f.cancel()  # its other slices are not run (or their results ignored)
+            raise
 
     # ------------------------------------------------------------------ loop
     async def _loop(self) -> None:
@@ -223,11 +272,38 @@ class MicroBatcher:
                     await asyncio.wait_for(self._wakeup.wait(), remaining)
                 except asyncio.TimeoutError:
                     break
-            n = min(len(self._pending), self.max_batch_size)
-            batch = [self._pending.popleft() for _ in range(n)]
+            batch = self._take()
             batch = [it for it in batch if not it.future.done()]  # the client went away
             if batch:
                 await self._run(batch)
+
+    def _take(self) -> list[_Item]:
+        """The next batch: up to ``max_batch_size`` items within ``max_batch_weight``, earliest slices first."""
+        order = sorted(range(len(self._pending)), key=lambda i: (self._pending[i].seq, self._pending[i].enqueued))
+        chosen: list[int] = []
+        groups: set[int] = set()
+        weight = 0
+        for i in order:
+            it = self._pending[i]
+            if it.group in groups:  # one slice of a request per call: the next waits its turn
+                continue
+            if chosen and self.max_batch_weight is not None and weight + it.weight > self.max_batch_weight:
+                continue
+            chosen.append(i)
+            groups.add(it.group)
+            weight += it.weight
+            if len(chosen) == self.max_batch_size:
+                break
+        taken = set(chosen)
+        batch = [self._pending[i] for i in sorted(chosen)]
+        self._pending = [it for i, it in enumerate(self._pending) if i not in taken]
+        for it in batch:
+            left = self._groups.get(it.group, 0) - 1
+            if left > 0:
+                self._groups[it.group] = left
+            else:
+                self._groups.pop(it.group, None)
+        return batch
 
     @property
     def busy_seconds(self) -> float:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import unicodedata
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Annotated, Any, ClassVar, TypeVar
 
 from pydantic import (
@@ -39,6 +39,7 @@ from ragkit.serve.settings import ServeSettings
 from ragkit.types import RankedList
 
 __all__ = [
+    "AttributeRequest",
     "CohereDocument",
     "CohereRerankRequest",
     "CohereRerankResponse",
@@ -47,6 +48,7 @@ __all__ = [
     "TEIRerankRequest",
     "TEIResult",
     "cohere_response",
+    "effect",
     "parse_request",
     "sigmoid",
     "tei_response",
@@ -100,7 +102,12 @@ def has_visible_text(value: str) -> bool:
     return False
 
 
-def _text(value: str, info: ValidationInfo) -> str:
+def _document(value: str, info: ValidationInfo) -> str:
+    """A document: valid, visible text of any length (a long one is read by the reranker's long-document rule)."""
+    return _text(value, info, limit=False)
+
+
+def _text(value: str, info: ValidationInfo, limit: bool = True) -> str:
     try:
         value.encode("utf-8")
     except UnicodeEncodeError as e:
@@ -109,10 +116,10 @@ def _text(value: str, info: ValidationInfo) -> str:
     if not has_visible_text(value):
         raise PydanticCustomError(
             "empty", "is empty (nothing but whitespace, control or zero-width characters); send some text")
-    limit = _settings(info).max_chars
-    if len(value) > limit:
+    max_chars = _settings(info).max_chars
+    if limit and len(value) > max_chars:
         raise PydanticCustomError("too_long", "has {n} characters, more than the server's limit of {limit} "
-                                  "(max_chars); shorten it or split it", {"n": len(value), "limit": limit})
+                                  "(max_chars); shorten it or split it", {"n": len(value), "limit": max_chars})
     return value
 
 
@@ -147,7 +154,7 @@ Text = Annotated[str, BeforeValidator(_strict_str), AfterValidator(_text)]
 """A query or document: a string with a visible character, at most ``max_chars`` long."""
 
 Documents = Annotated[list[Annotated[str, BeforeValidator(_strict_str), BeforeValidator(_document_text),
-                                     AfterValidator(_text)]],
+                                     AfterValidator(_document)]],
                       BeforeValidator(_document_count)]
 """One to ``max_documents`` texts (Cohere's ``{"text": ...}`` objects are read as their text)."""
 
@@ -166,14 +173,15 @@ class _Request(BaseModel):
 
     @model_validator(mode="after")
     def _work_budget(self, info: ValidationInfo) -> _Request:
-        limit = _settings(info).max_request_chars
-        docs = self.texts()
-        work = len(self.query) * len(docs) + sum(len(d) for d in docs)
-        if work > limit:
+        settings = _settings(info)
+        cap, q = settings.max_pair_chars, len(self.query)
+        work = sum(min(q + len(d), cap) for d in self.texts())
+        if work > settings.max_request_chars:
             raise PydanticCustomError(
-                "too_much_work", "holds {work} characters of (query, document) pairs (the query counted once per "
-                "document), more than the server's per-request work budget of {limit} (max_request_chars); send "
-                "fewer or shorter documents per request", {"work": work, "limit": limit})
+                "too_much_work", "holds {work} characters of (query, document) pairs (each pair counted up to "
+                "{cap}, max_pair_chars), more than the server's per-request work budget of {limit} "
+                "(max_request_chars); send fewer or shorter documents per request",
+                {"work": work, "cap": cap, "limit": settings.max_request_chars})
         return self
 
 
@@ -197,11 +205,14 @@ class CohereDocument(BaseModel):
 
 
 class CohereResult(BaseModel):
-    """One ranked document: its request ``index`` and ``relevance_score`` = sigmoid(reranker score)."""
+    """One ranked document: its request ``index`` and ``relevance_score`` (see ``docs/serving.md``);
+    with MoI also its ``utility`` and ``effect`` (fields Cohere clients ignore)."""
 
     index: int
     relevance_score: float
     document: CohereDocument | None = None
+    utility: float | None = None
+    effect: str | None = None
 
 
 class CohereRerankResponse(BaseModel):
@@ -212,16 +223,41 @@ class CohereRerankResponse(BaseModel):
     meta: dict[str, Any]
 
 
-def cohere_response(req: CohereRerankRequest, ranked: RankedList, model_name: str) -> dict[str, Any]:
-    """The Cohere response body for ``ranked`` (passage ids are request indices)."""
+def effect(utility: float, threshold: float) -> str:
+    """``helps`` above ``+threshold``, ``hurts`` below ``-threshold``, else ``neutral``."""
+    return "helps" if utility > threshold else "hurts" if utility < -threshold else "neutral"
+
+
+def cohere_response(req: CohereRerankRequest, ranked: RankedList, model_name: str,
+                    score: Callable[[float], float] = sigmoid, meta: dict[str, Any] | None = None,
+                    effect_threshold: float | None = None) -> dict[str, Any]:
+    """The Cohere response body for ``ranked`` (passage ids are request indices).
+
+    ``score`` maps the reranker's raw score to ``relevance_score``; ``meta`` adds fields to the
+    response's ``meta``; with ``effect_threshold`` (MoI) each result carries its ``utility`` (the
+    raw score) and ``effect``.
+    """
     hits = list(ranked)[: req.top_n] if req.top_n else list(ranked)
-    results = [CohereResult(index=int(h.passage.id), relevance_score=sigmoid(h.score),
+    moi = effect_threshold is not None
+    results = [CohereResult(index=int(h.passage.id), relevance_score=score(h.score),
                             document=CohereDocument(text=req.documents[int(h.passage.id)])
-                            if req.return_documents else None) for h in hits]
+                            if req.return_documents else None,
+                            utility=float(h.score) if moi else None,
+                            effect=effect(h.score, effect_threshold) if moi else None) for h in hits]
     resp = CohereRerankResponse(id=str(uuid.uuid4()), results=results,
                                 meta={"api_version": {"version": "2"}, "billed_units": {"search_units": 1},
-                                      "model": model_name})
+                                      "model": model_name, **(meta or {})})
     return resp.model_dump(exclude_none=True)
+
+
+class AttributeRequest(_Request):
+    """``POST /v1/attribute``: ``{"query", "documents", "answer"}``."""
+
+    documents: Documents
+    answer: Text
+
+    def texts(self) -> list[str]:
+        return list(self.documents)
 
 
 # ----------------------------------------------------------------------------- TEI
@@ -247,10 +283,11 @@ class TEIResult(BaseModel):
     text: str | None = None
 
 
-def tei_response(req: TEIRerankRequest, ranked: RankedList) -> list[dict[str, Any]]:
-    """The TEI response body for ``ranked``, best first."""
+def tei_response(req: TEIRerankRequest, ranked: RankedList,
+                 score: Callable[[float], float] = sigmoid) -> list[dict[str, Any]]:
+    """The TEI response body for ``ranked``, best first (``score``: raw score -> reported score)."""
     texts = req.texts()
-    return [TEIResult(index=int(h.passage.id), score=float(h.score) if req.raw_scores else sigmoid(h.score),
+    return [TEIResult(index=int(h.passage.id), score=float(h.score) if req.raw_scores else score(h.score),
                       text=texts[int(h.passage.id)] if req.return_text else None).model_dump(exclude_none=True)
             for h in ranked]
 

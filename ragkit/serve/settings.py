@@ -6,6 +6,7 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from ragkit.debias.long_docs import LongDocs
 from ragkit.io import redact_url
 
 __all__ = ["ServeSettings"]
@@ -27,12 +28,28 @@ class ServeSettings:
     max_documents
         Most documents in one request (more: 413).
     max_chars
-        Most characters in the query and in each document (more: 413; nothing is truncated).
+        Most characters in the query (more: 413) and the document size the body limit is sized for
+        (:attr:`max_body_bytes`). A longer document is not refused: the reranker reads it by its
+        long-document rule (``long_docs``) and the response's ``meta`` counts it as truncated or
+        chunked.
     max_request_chars
         The per-request work budget: most characters of (query, document) pairs in one request,
-        the query counted once per document (``len(query) * n_docs + sum(len(doc))``; more: 413).
-        A reranker's time and memory grow with the pairs it reads, so ``max_documents`` documents
-        of ``max_chars`` characters each are refused rather than run for minutes.
+        each pair counted as ``min(len(query) + len(doc), max_pair_chars)`` (more: 413). A
+        reranker's time grows with the pairs it reads, so a request that would hold the model for
+        minutes is refused at once rather than run while every other request waits.
+    max_pair_chars
+        The most characters of one pair the work budget counts: rerankers read a bounded window
+        of each pair (a cross-encoder cuts query and document to its token budget before
+        tokenising), so text past it adds no work. The default covers a 512-token window.
+    max_batch_documents
+        Most documents merged into one reranker call (a request with more runs alone or, for a
+        cross-encoder, in slices).
+    slice_documents
+        A cross-encoder (pointwise: each pair scored on its own) ranks a request of more documents
+        than this in slices of this many, one slice per reranker call, taken round-robin with the
+        other requests, so a small request sent meanwhile waits for one slice, not for the whole
+        large request; the merged ranking equals the unsliced one. ``0``: never slice. (32 pairs
+        fill two encoder forwards at the default ``max_batch_tokens`` for 256-token pairs.)
     request_timeout_s
         The deadline of a request, queueing included: one not answered by then gets 504 (its work
         is dropped when it has not started), and ``/health`` reports a backend call running longer
@@ -59,6 +76,16 @@ class ServeSettings:
         For a cross-encoder reranker: the fixed cost of one encoder forward in tokens, which the
         reranker weighs against padding when it cuts a merged batch into length buckets
         (:func:`ragkit.batching.length_buckets`; ``0``: minimise padding only).
+    long_docs
+        For a pointwise reranker (cross-encoder, student, ``llm:``): how documents longer than the
+        encoder are read (:class:`ragkit.debias.long_docs.LongDocs`: ``max_tokens_per_doc``,
+        truncation side, chunk-then-max); ``None``: the reranker's own rule.
+    cache_size
+        Most (query, document) scores kept in the LRU cache of a pointwise reranker
+        (:mod:`ragkit.serve.cache`); ``0``: no cache.
+    effect_threshold
+        For MoI: a document ``helps`` when its utility is above ``+effect_threshold``, ``hurts``
+        when below ``-effect_threshold``, else it is ``neutral``.
     """
 
     max_batch_size: int = 32
@@ -67,6 +94,9 @@ class ServeSettings:
     max_documents: int = 1000
     max_chars: int = 20_000
     max_request_chars: int = 1_000_000
+    max_pair_chars: int = 2048
+    max_batch_documents: int = 256
+    slice_documents: int = 32
     request_timeout_s: float = 60.0
     max_pending_bytes: int | None = None
     shutdown_grace_s: float = 5.0
@@ -75,17 +105,32 @@ class ServeSettings:
     model_name: str = "ragkit-reranker"
     max_batch_tokens: int = 4096
     forward_cost_tokens: int = 128
+    long_docs: LongDocs | None = None
+    cache_size: int = 10_000
+    effect_threshold: float = 0.05
 
     def __post_init__(self) -> None:
         for name in ("max_batch_size", "max_queue", "max_documents", "max_chars", "retry_after_s",
-                     "max_batch_tokens", "max_request_chars"):
+                     "max_batch_tokens", "max_request_chars", "max_pair_chars", "max_batch_documents"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise ValueError(f"ServeSettings.{name} must be an integer >= 1, got {v!r}")
+        if not isinstance(self.slice_documents, int) or isinstance(self.slice_documents, bool) \
+                or self.slice_documents < 0:
+            raise ValueError(f"ServeSettings.slice_documents must be an integer >= 0, got {self.slice_documents!r}")
         if not isinstance(self.forward_cost_tokens, int) or isinstance(self.forward_cost_tokens, bool) \
                 or self.forward_cost_tokens < 0:
             raise ValueError(f"ServeSettings.forward_cost_tokens must be an integer >= 0, got "
                              f"{self.forward_cost_tokens!r}")
+        if not isinstance(self.cache_size, int) or isinstance(self.cache_size, bool) or self.cache_size < 0:
+            raise ValueError(f"ServeSettings.cache_size must be an integer >= 0 (0: no cache), got {self.cache_size!r}")
+        if self.long_docs is not None and not isinstance(self.long_docs, LongDocs):
+            raise ValueError(f"ServeSettings.long_docs must be a ragkit.debias.long_docs.LongDocs or None, got "
+                             f"{type(self.long_docs).__name__}")
+        if not isinstance(self.effect_threshold, (int, float)) or isinstance(self.effect_threshold, bool) \
+                or not math.isfinite(self.effect_threshold) or self.effect_threshold < 0:
+            raise ValueError(f"ServeSettings.effect_threshold must be a finite number >= 0, got "
+                             f"{self.effect_threshold!r}")
         if self.max_pending_bytes is not None and (not isinstance(self.max_pending_bytes, int)
                                                    or isinstance(self.max_pending_bytes, bool)
                                                    or self.max_pending_bytes < 1):
@@ -118,4 +163,5 @@ class ServeSettings:
         """The settings without the API key (for ``/health`` and logs)."""
         d = asdict(self)
         d["api_key"] = "set" if self.api_key else None
+        d["long_docs"] = self.long_docs.to_dict() if self.long_docs is not None else None
         return d

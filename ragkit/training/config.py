@@ -7,7 +7,7 @@ field with its help text and its one default; the command line is generated from
 (``transformers.HfArgumentParser``), and a YAML / JSON file holds the same keys::
 
     # run.yaml
-    data_file: ../shared/data/hotpotqa/train.jsonl
+    data_file: /path/to/data/hotpotqa/train.jsonl   # e.g. under $RAGKIT_DATA
     output_dir: runs/cord
     loss: cord
     lora: true

@@ -54,6 +54,7 @@ __all__ = [
     "StudentTrainResult",
     "label_targets",
     "ranking_loss",
+    "train_residual_student",
     "train_student",
 ]
 
@@ -199,7 +200,7 @@ def train_student(
         ``"listnet"`` (listwise, default), ``"ranknet"`` (pairwise) or ``"lambdaloss"``;
         see the module docstring for the formulas. The defaults (ListNet, lr 1e-4, 3 epochs) won
         on 50 held-out train questions of the reference generator's labels (held-out MRR@10 0.761
-        against 0.604 for RankNet at lr 3e-5 and 0.540 at lr 1e-4; ``benchmarks/distill_recipes.py``).
+        against 0.604 for RankNet at lr 3e-5 and 0.540 at lr 1e-4; ``experiments/distill/distill_recipes.py``).
     epochs, batch_size, lr, seed
         Passes over the labels, questions per optimisation step (each brings all its
         passages), AdamW learning rate, seed of the head initialisation and data order.
@@ -295,3 +296,149 @@ def train_student(
         num_queries=len(labs),
         num_pairs=sum(len(lab.passage_ids) for lab in labs),
     )
+
+
+# ----------------------------------------------------------------------------- residual student
+def _query_loss(name: str, s: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """One query's loss on scores ``s`` and targets ``y`` (the module docstring's ListNet / RankNet)."""
+    import math
+
+    import torch
+
+    if name == "listnet":
+        return -(torch.softmax(y, 0) * torch.log_softmax(s, 0)).sum()
+    diff_y = y[:, None] - y[None, :]
+    pairs = diff_y > 0
+    if not bool(pairs.any()):
+        return s.sum() * 0.0
+    diff_s = (s[:, None] - s[None, :])[pairs]
+    return torch.nn.functional.softplus(-diff_s).mean() / math.log(2.0)
+
+
+def train_residual_student(
+    labels: Sequence[LabelRecord] | str | os.PathLike[str],
+    out_dir: str | os.PathLike[str] | None,
+    base_model: str | None = None,
+    loss: str = "listnet",
+    epochs: float = 3.0,
+    batch_size: int = 4,
+    lr: float = 1e-4,
+    seed: int = 0,
+    *,
+    overwrite: bool = False,
+    max_length: int = 256,
+    temperature: float = 1.0,
+    warmup_ratio: float = 0.1,
+    weight_decay: float = 0.01,
+    prior: str = "rank",
+    prior_weight: float = 1.0,
+    device: str = "auto",
+    report_loss: bool = True,
+    show_progress: bool | None = None,
+) -> StudentTrainResult:
+    """Train a residual cross-encoder student ``s = w · z(retriever) + f(q, p)`` on MoI labels.
+
+    :class:`~ragkit.debias.student.ResidualReranker` starts with ``f ≡ 0`` (zero scoring
+    head), ranking exactly like the first stage; training fits ``f`` so that ``s`` (prior
+    included) minimises ``loss`` against the per-query targets of :func:`label_targets`
+    (``"listnet"`` or ``"ranknet"``, the module docstring's formulas), with AdamW, a linear warm-up
+    over ``warmup_ratio`` of the steps and linear decay. The prior ``z`` of a label record is that
+    of its given order (``prior="rank"``), or its ``metadata["retriever_scores"]`` with
+    ``prior="score"`` (the given order when a record has none).
+
+    Parameters are those of :func:`train_student`, plus ``prior`` and ``prior_weight`` (``r`` and
+    ``w`` of :mod:`ragkit.debias.student`). Returns a :class:`StudentTrainResult` whose
+    ``reranker`` is a ``ResidualReranker``.
+    """
+    import torch
+    from transformers import get_linear_schedule_with_warmup
+
+    from ragkit.debias.student import ResidualReranker
+    from ragkit.models import resolve_device
+
+    if out_dir is not None:
+        check_writable_dir(out_dir, "reranker", overwrite)
+    if loss not in ("listnet", "ranknet"):
+        raise ValueError(f"the residual student trains with 'listnet' or 'ranknet', not {loss!r}")
+    if epochs <= 0 or batch_size < 1 or lr <= 0:
+        raise ValueError(f"epochs ({epochs}), batch_size ({batch_size}) and lr ({lr}) must be positive")
+    labs = _as_labels(labels)
+    dev = resolve_device(device)
+    student = ResidualReranker.from_base(base_model, device=dev, max_length=max_length, seed=seed,
+                                         prior=prior, prior_weight=prior_weight)
+    ce = student.model
+    hf, tok = ce.model, ce.tokenizer
+    rows = _training_rows(labs, temperature)
+    priors = [torch.tensor(student.prior(len(lab.passage_ids), _label_scores(lab)), dtype=torch.float32)
+              for lab in labs]
+    targets = [torch.tensor(t, dtype=torch.float32) for t in rows["labels"]]
+
+    def batch_loss(idx: Sequence[int]) -> torch.Tensor:
+        qs = [rows["query"][i] for i in idx for _ in rows["docs"][i]]
+        ds = [d for i in idx for d in rows["docs"][i]]
+        enc = tok(qs, ds, padding=True, truncation=True, max_length=max_length, return_tensors="pt").to(hf.device)
+        f = hf(**enc).logits.view(-1).float().cpu()
+        total, start = f.new_zeros(()), 0
+        for i in idx:
+            n = len(rows["docs"][i])
+            total = total + _query_loss(loss, priors[i] + f[start : start + n], targets[i])
+            start += n
+        return total / len(idx)
+
+    def mean_loss() -> float:
+        hf.eval()
+        with torch.no_grad():
+            vals = [float(batch_loss(list(range(i, min(i + 8, len(labs)))))) * min(8, len(labs) - i)
+                    for i in range(0, len(labs), 8)]
+        return sum(vals) / len(labs)
+
+    initial = mean_loss() if report_loss else None
+    rng = np.random.default_rng(seed)
+    torch.manual_seed(seed)
+    steps_per_epoch = -(-len(labs) // batch_size)
+    total_steps = max(1, int(round(epochs * steps_per_epoch)))
+    opt = torch.optim.AdamW(hf.parameters(), lr=lr, weight_decay=weight_decay)
+    sched = get_linear_schedule_with_warmup(opt, int(warmup_ratio * total_steps), total_steps)
+    history: list[float] = []
+    t0 = time.perf_counter()
+    hf.train()
+    from ragkit.io import progress
+
+    step_iter = progress(range(total_steps), show=show_progress, desc="residual student", unit="step")
+    order: list[int] = []
+    for _ in step_iter:
+        if len(order) < batch_size:
+            order += rng.permutation(len(labs)).tolist()
+        idx, order = order[:batch_size], order[batch_size:]
+        value = batch_loss(idx)
+        opt.zero_grad()
+        value.backward()
+        torch.nn.utils.clip_grad_norm_(hf.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        history.append(float(value.detach()))
+    hf.eval()
+    seconds = time.perf_counter() - t0
+    final = mean_loss() if report_loss else None
+    student.metadata.update({
+        "loss": loss, "epochs": epochs, "batch_size": batch_size, "lr": lr, "temperature": temperature,
+        "num_queries": len(labs), "label_sources": sorted({lab.source for lab in labs if lab.source}),
+        "label_generators": sorted({lab.generator for lab in labs if lab.generator}),
+        "label_outcomes": sorted({lab.outcome for lab in labs if lab.outcome}),
+        "train_seconds": seconds, "initial_loss": initial, "final_loss": final, "steps": total_steps,
+    })
+    if out_dir is not None:
+        student.save(out_dir, overwrite=overwrite)
+    logger.info("trained residual student on %d queries in %.1f s (loss %s -> %s)", len(labs), seconds,
+                initial, final)
+    return StudentTrainResult(reranker=student, out_dir=None if out_dir is None else str(out_dir),
+                              loss_history=history, initial_loss=initial, final_loss=final, seconds=seconds,
+                              num_queries=len(labs), num_pairs=sum(len(lab.passage_ids) for lab in labs))
+
+
+def _label_scores(lab: LabelRecord) -> list[float] | None:
+    """The retriever scores a label record carries (``metadata["retriever_scores"]``), if any."""
+    s = lab.metadata.get("retriever_scores") if lab.metadata else None
+    if isinstance(s, list) and len(s) == len(lab.passage_ids):
+        return [float(x) for x in s]
+    return None

@@ -15,7 +15,7 @@ prompt and the ``k`` prompts that each leave one passage out; ``u_p = o(full) âˆ
 which ranked the gold paragraphs of 10 HotpotQA train questions at MRR@10 0.765 against 0.420
 for the ``cyclic`` design (the ``k`` rotations, the former default, still available), 0.421 for
 ``prior`` and 0.485 for the given order (SmolLM2-135M, k = 10;
-``benchmarks/results/moi_designs_train-cpu.json``, ``moi_budget_train-cpu.json``).
+``experiments/moi_lab/results/moi_designs_train-cpu.json``, ``moi_budget_train-cpu.json``).
 :func:`generate_labels` stores them, one JSON object a line, so that a cheap one-pass reranker
 can be trained on them (:mod:`ragkit.training.distill`).
 
@@ -62,6 +62,7 @@ __all__ = [
     "read_labels",
     "write_labels",
     "labels_from_results",
+    "label_references",
 ]
 
 LABEL_FORMAT = "ragkit-distill-labels/1"
@@ -284,7 +285,20 @@ def read_labels(path: str | os.PathLike[str]) -> list[LabelRecord]:
         raise FileNotFoundError(f"no such label file: {path}; make one with `ragkit distill labels`")
     if path.is_dir():
         raise IsADirectoryError(f"{path} is a folder; pass a label file (JSONL, made by `ragkit distill labels`)")
-    out = _parse_rows(path, read_appended_jsonl(path, with_lines=True))
+    if path.suffix == ".gz":  # a committed, compressed label file (read-only: nothing appends to it)
+        import gzip
+
+        with gzip.open(path, "rt", encoding="utf-8") as f:
+            rows = []
+            for i, line in enumerate(f, 1):
+                if line.strip():
+                    try:
+                        rows.append((i, json.loads(line)))
+                    except json.JSONDecodeError as e:
+                        raise ValueError(f"{path}:{i}: not valid JSON ({e.msg})") from None
+        out = _parse_rows(path, rows)
+    else:
+        out = _parse_rows(path, read_appended_jsonl(path, with_lines=True))
     if not out:
         raise ValueError(f"{path} holds no labels; make some with `ragkit distill labels`")
     return out
@@ -404,6 +418,7 @@ def generate_labels(
     moi_kwargs: Mapping[str, Any] | None = None,
     source: str = "",
     show_progress: bool | None = None,
+    outcome: str = "gold",
 ) -> LabelStats:
     """Label training questions with MoI ``gold``-outcome utilities, appending to ``out_path``.
 
@@ -433,6 +448,10 @@ def generate_labels(
         Extra keyword arguments for :class:`ragkit.debias.MoI` (``profile``, ``lam``, ``seed``).
     source
         Dataset name stored in each label (defaults to the record's ``metadata["dataset"]``).
+    outcome
+        ``"gold"`` (mean log-prob of the reference answer: an oracle signal) or ``"question"``
+        (query likelihood, label-free: what ``moi`` runs at inference, so a student learns what a
+        user can compute).
     show_progress
         Progress bar over batches (``None``: on unless ``RAGKIT_NO_PROGRESS`` is set).
 
@@ -468,7 +487,9 @@ def generate_labels(
     logger.info("labelling %d questions (%d already in %s, %d unusable)",
                 len(todo), skipped_existing, path, skipped_unusable)
 
-    moi = MoI(generator, design=design, outcome="gold", **dict(moi_kwargs or {}))
+    if outcome not in ("gold", "question"):
+        raise ValueError(f"label outcome must be 'gold' (reference answer) or 'question' (label-free), got {outcome!r}")
+    moi = MoI.from_settings(generator, design=design, outcome=outcome, **dict(moi_kwargs or {}))
     gen_name = str(getattr(generator, "name", "") or "")
     written = calls = 0
     t0 = time.perf_counter()
@@ -482,7 +503,7 @@ def generate_labels(
             generate_answer=False,
         )
         labels = labels_from_results(batch, results, generator_name=gen_name, design=design,
-                                     outcome="gold", source=source)
+                                     outcome=outcome, source=source)
         append_jsonl(path, (lab.to_dict() for lab in labels))
         written += len(labels)
         calls += sum(lab.generator_calls for lab in labels)
@@ -498,3 +519,47 @@ def generate_labels(
         seconds=seconds,
         generator_calls=calls,
     )
+
+
+def label_references(labs: Sequence[Any], seed: int = 0, n_perm: int = 200) -> dict[str, dict[str, list[float]]]:
+    """Per-question (MRR@10, recall@2) of the label rankings and of a random order, against gold.
+
+    ``labs``: label records (``ranking``, ``passage_ids``, ``gold_ids``), each with gold passages.
+    ``"teacher"`` scores each label's own ranking; ``"random"`` is the mean over ``n_perm`` random
+    permutations of its passages (a Monte Carlo expectation, seeded): what the labels carry, and what
+    a student that learned nothing scores.
+    """
+    from ragkit.eval.metrics import rank_metrics
+
+    rng = np.random.default_rng(seed)
+    out: dict[str, dict[str, list[float]]] = {n: {"mrr@10": [], "recall@2": []} for n in ("teacher", "random")}
+    for lab in labs:
+        rows = {"teacher": np.array([rank_metrics(list(lab.ranking), lab.gold_ids)]),
+                "random": np.array([rank_metrics(list(rng.permutation(list(lab.passage_ids))), lab.gold_ids)
+                                    for _ in range(n_perm)])}
+        for name, r in rows.items():
+            out[name]["mrr@10"].append(float(r[:, 0].mean()))
+            out[name]["recall@2"].append(float(r[:, 1].mean()))
+    return out
+
+
+def passage_labels(records: Sequence[QARecord], source: str = "") -> list[LabelRecord]:
+    """Free labels from the data's gold passages: ``u_i = 1`` for a gold passage, else 0.
+
+    The second training signal beside MoI's utilities (NQ-open ``hasanswer``, HotpotQA supporting
+    titles: a record's ``gold_ids``); no generator runs. A record with no gold passage among its
+    candidates, or only gold ones, teaches no ranking and is skipped.
+    """
+    out = []
+    for rec in records:
+        gold = set(rec.gold_ids)
+        u = [1.0 if p.id in gold else 0.0 for p in rec.passages]
+        if len(rec.passages) < 2 or len({p.id for p in rec.passages}) != len(rec.passages) or len(set(u)) < 2:
+            continue
+        ps = rec.passages
+        out.append(LabelRecord(qid=rec.id, question=rec.question, passage_ids=tuple(p.id for p in ps),
+                               titles=tuple(p.title for p in ps), texts=tuple(p.text for p in ps), u=tuple(u),
+                               answers=tuple(rec.answers), gold_ids=tuple(rec.gold_ids),
+                               source=source or str(rec.metadata.get("dataset") or ""), design="gold_passages",
+                               outcome="gold_passages", generator_calls=0))
+    return out

@@ -68,8 +68,9 @@ import torch
 from torch.utils.data import Sampler
 from trl import GRPOConfig, GRPOTrainer
 
+from ragkit.datasets import load_records
 from ragkit.generation.fitting import encode_prompts
-from ragkit.io import read_jsonl, write_json
+from ragkit.io import write_json
 from ragkit.paraphrase import ParaphraseSet
 from ragkit.similarity import get_similarity
 from ragkit.text import extract_answer
@@ -97,7 +98,8 @@ __all__ = [
     "ParaphraseSetSampler",
     "build_grpo_dataset",
     "build_training_sets",
-    "load_training_records",
+    "check_step_memory",
+    "estimate_step_memory",
     "make_trainer",
     "select_passages",
     "train_psgrpo",
@@ -121,42 +123,6 @@ def select_passages(record: QARecord, max_passages: int | None) -> tuple[Passage
             break
         keep.add(p.id)
     return tuple(p for p in ps if p.id in keep)[: max(max_passages, len(gold & {p.id for p in ps}))]
-
-
-def load_training_records(path: str | os.PathLike[str],
-                          limit: int | None = None) -> list[QARecord] | list[ParaphraseSet]:
-    """Read a training file: HotpotQA JSONL, ragkit QA JSONL, or paraphrase-set JSONL.
-
-    The format is detected from the first line: ``paraphrases`` -> :class:`ParaphraseSet`
-    (``ParaphraseSet.to_dict`` lines, e.g. paraphrases taken from the data); ``context`` +
-    ``supporting_facts`` -> HotpotQA distractor format; otherwise ``{id, question, answers,
-    passages?, gold_ids?}`` with passages as ``Passage.to_dict`` records.
-    """
-    from ragkit.datasets import hotpotqa_record
-
-    p = Path(path)
-    if not p.exists():
-        raise FileNotFoundError(f"training data file {p} does not exist")
-    rows = read_jsonl(p)
-    if limit is not None:
-        rows = rows[:limit]
-    if not rows:
-        raise ValueError(f"{p} has no records")
-    first = rows[0]
-    if "paraphrases" in first:
-        return [ParaphraseSet.from_dict(r) for r in rows]
-    if "context" in first and "supporting_facts" in first:
-        return [hotpotqa_record(r) for r in rows]
-    out = []
-    for i, r in enumerate(rows):
-        if "question" not in r:
-            raise ValueError(f"{p} line {i + 1} has no 'question'; expected HotpotQA, QA or paraphrase-set JSONL")
-        ans = r.get("answers", r.get("answer", ()))
-        out.append(QARecord(id=str(r.get("id", i)), question=r["question"],
-                            answers=tuple([ans] if isinstance(ans, str) else ans),
-                            passages=tuple(Passage.from_dict(x) for x in r.get("passages", ())),
-                            gold_ids=tuple(r.get("gold_ids", ()))))
-    return out
 
 
 def build_grpo_dataset(sets: Sequence[ParaphraseSet], generator: Generator) -> Dataset:
@@ -403,7 +369,11 @@ class PSGRPOConfig(RagkitConfigMixin, GRPOConfig):
     the batch geometry is derived: ``per_device_train_batch_size = sets_per_batch *
     paraphrases * num_generations`` (one generation batch = whole paraphrase sets) and
     ``steps_per_generation = gradient_accumulation_steps``. ``gradient_checkpointing`` defaults to
-    on with CUDA (memory) and off on CPU (speed); ``bf16`` defaults to off.
+    on, CPU included: a step back-propagates through all ``paraphrases * num_generations``
+    rollouts at once, and without it the embedded SmolLM2-135M's activations alone were about
+    1.4 GB per 716-token rollout (attention weights grow with the square of the prompt), 23 GB
+    for the 16 rollouts of the README's run; with it they are a few hundred MB, for about a third
+    more compute. ``bf16`` defaults to off.
     """
 
     # -- data and paraphrases
@@ -417,7 +387,9 @@ class PSGRPOConfig(RagkitConfigMixin, GRPOConfig):
         "How rewrites are made when the data file has none: rule-based or by the policy model."))
     max_passages: int | None = field(default=None, metadata=_help(
         "Passages per prompt (gold kept, distractors fill up; default all)."))
-    passage_max_tokens: int | None = field(default=None, metadata=_help("Cut each passage to this many tokens."))
+    passage_max_tokens: int | None = field(default=60, metadata=_help(
+        "Cut each passage to this many tokens (0 = no cut; the default keeps a 16-rollout step of 10 HotpotQA "
+        "paragraphs within a 24 GB machine, as CORD's default does)."))
     template: str = field(default="auto", metadata=_help(
         "Prompt template: auto|short|chat|plain (auto = chat when the model has one)."))
     sets_per_batch: int = field(default=1, metadata=_help("Paraphrase sets per optimisation step."))
@@ -496,7 +468,8 @@ class PSGRPOConfig(RagkitConfigMixin, GRPOConfig):
     seed: int = field(default=0, metadata=_help("Seed of the set order, rollouts and reward approximation."))
     bf16: bool | None = field(default=False, metadata=_help("bfloat16 mixed precision."))
     gradient_checkpointing: bool | None = field(default=None, metadata=_help(
-        "Activation checkpointing (default: on with CUDA, off on CPU).", nargs="?", const=True))
+        "Activation checkpointing (default on: memory for about a third more compute; off is faster when "
+        "the step fits).", nargs="?", const=True))
     logging_steps: float = field(default=1, metadata=_help("Log every N steps."))
     save_steps: float = field(default=50, metadata=_help("Save a checkpoint every N steps."))
     save_total_limit: int | None = field(default=2, metadata=_help("Keep at most this many checkpoints."))
@@ -532,7 +505,7 @@ class PSGRPOConfig(RagkitConfigMixin, GRPOConfig):
         if self.epsilon_high is None:
             self.epsilon_high = self.epsilon  # explicit symmetric clip (set epsilon_high for DAPO-style clipping)
         if self.gradient_checkpointing is None and self.activation_checkpointing is None:
-            self.activation_checkpointing = bool(torch.cuda.is_available())  # memory on GPU, speed on CPU
+            self.activation_checkpointing = True  # a 16-rollout step on CPU does not fit 24 GB without it
         if self.disable_tqdm is None and os.environ.get("RAGKIT_NO_PROGRESS"):
             self.disable_tqdm = True
         if self.data_seed is None:
@@ -566,10 +539,12 @@ class PSGRPOConfig(RagkitConfigMixin, GRPOConfig):
             (self.kappa == 0, ("s",), "kappa = 0 computes the exact reward"),
             (self.beta == 0, ("sync_ref_model",), "beta = 0 loads no reference model"),
         ])
-        for name in ("limit", "max_passages", "passage_max_tokens"):
+        for name in ("limit", "max_passages"):
             v = getattr(self, name)
             if v is not None and v < 1:
                 raise ValueError(f"{name} must be >= 1 (or unset for all), got {v}")
+        if self.passage_max_tokens is not None and self.passage_max_tokens < 0:
+            raise ValueError(f"passage_max_tokens must be >= 0 (0 = no cut), got {self.passage_max_tokens}")
 
     @property
     def n(self) -> int:
@@ -647,7 +622,7 @@ def build_training_sets(config: PSGRPOConfig, generator: Generator | None = None
 
     if not config.data_file:
         raise ValueError("no training data: pass --data_file FILE (or set data_file in --config)")
-    data: Any = load_training_records(config.data_file, limit=config.limit)
+    data: Any = load_records(config.data_file, limit=config.limit)
     n = config.paraphrases
     if data and isinstance(data[0], ParaphraseSet):
         sets = [s for s in data if len(s) == n]
@@ -669,6 +644,92 @@ def build_training_sets(config: PSGRPOConfig, generator: Generator | None = None
     mp = config.max_passages
     return build_paraphrase_sets(data, para, n=n - 1,
                                  passage_filter=(lambda r: select_passages(r, mp)) if mp else None)
+
+
+def estimate_step_memory(model: Any, rollouts: int, seq_len: int, completion_len: int, checkpointing: bool,
+                         lora: bool, reference: bool) -> dict[str, float]:
+    """Estimated peak memory (GB) of one PS-GRPO step, before it runs: a step that cannot fit is refused early.
+
+    With ``P`` parameters of ``e`` bytes, ``B`` rollouts of ``S`` tokens, ``L`` layers of width
+    ``h``, MLP width ``i``, ``a`` heads, ``a_kv`` key/value heads and vocabulary ``V``:
+
+    * weights and optimiser: ``P e`` (policy) ``+ P e`` (gradients) ``+ 8 P`` (Adam's two fp32
+      moments) ``+ P e`` (the frozen reference when ``beta > 0``); LoRA: the policy only (its
+      adapters are small and the reference is the policy with them off);
+    * activations kept for the backward pass: ``B S L e (4h + 1.5i + 1.5aS)`` without
+      checkpointing, ``B S L e h + B S e (4h + 1.5i + 1.5aS)`` with it (one layer recomputed at a
+      time); the ``aS`` term is the attention weights, quadratic in the prompt length;
+    * rollout KV cache ``2 B S L a_kv (h / a) e``, completion logits ``3 B C V e``, 1 GB of runtime.
+
+    The activation constants were fitted to one measurement (SmolLM2-135M, float32, CPU, SDPA
+    attention: 4 rollouts of 716 tokens peaked at 6.2 GB RSS) and are an estimate, not a bound.
+    """
+    cfg = getattr(model, "config", model)
+    h, layers = int(cfg.hidden_size), int(cfg.num_hidden_layers)
+    heads = int(cfg.num_attention_heads)
+    inter = int(getattr(cfg, "intermediate_size", None) or 4 * h)
+    kv_heads = int(getattr(cfg, "num_key_value_heads", None) or heads)
+    vocab = int(cfg.vocab_size)
+    params = sum(p.numel() for p in model.parameters()) if hasattr(model, "parameters") else 0
+    e = next(model.parameters()).element_size() if hasattr(model, "parameters") else 4
+    gb = 1024.0 ** 3
+    per_token_layer = e * (4 * h + 1.5 * inter + 1.5 * heads * seq_len)
+    if checkpointing:
+        act = rollouts * seq_len * (layers * e * h + per_token_layer)
+    else:
+        act = rollouts * seq_len * layers * per_token_layer
+    weights = params * e * (1 if lora else 2 + (1 if reference else 0)) + (0 if lora else 8 * params)
+    kv = 2 * rollouts * seq_len * layers * kv_heads * (h // heads) * e
+    logits = 3 * rollouts * (completion_len + 1) * vocab * e
+    out = {"weights_and_optimizer": weights / gb, "activations": act / gb, "kv_cache": kv / gb,
+           "logits": logits / gb, "runtime": 1.0}
+    out["total"] = sum(out.values())
+    return out
+
+
+def _memory_budget(device: str) -> tuple[float, float, str]:
+    """``(total GB, available GB, what)`` of the device a step runs on (RAM, or the GPU's memory)."""
+    gb = 1024.0 ** 3
+    if device.startswith("cuda") and torch.cuda.is_available():
+        free, total = torch.cuda.mem_get_info()
+        return total / gb, free / gb, f"GPU {torch.cuda.get_device_name()}"
+    import psutil
+
+    vm = psutil.virtual_memory()
+    total, avail = vm.total, vm.available
+    try:  # a container's memory limit (cgroup v2) is the real budget
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        if limit.isdigit():
+            total, avail = min(total, int(limit)), min(avail, int(limit))
+    except OSError:
+        pass
+    return total / gb, avail / gb, "RAM"
+
+
+def check_step_memory(estimate: dict[str, float], config: PSGRPOConfig, seq_len: int) -> None:
+    """Refuse a run whose estimated step (:func:`estimate_step_memory`) exceeds 90% of the machine's memory.
+
+    The error gives the numbers and the settings that shrink a step; a step that fits the memory
+    but not what is free now gets a warning. ``RAGKIT_SKIP_MEMORY_CHECK=1`` skips the check.
+    """
+    if os.environ.get("RAGKIT_SKIP_MEMORY_CHECK"):
+        return
+    total, avail, what = _memory_budget(str(config.device))
+    need = estimate["total"]
+    parts = ", ".join(f"{k} {v:.1f}" for k, v in estimate.items() if k != "total")
+    shape = (f"{config.per_device_train_batch_size} rollouts (paraphrases {config.paraphrases} x num_generations "
+             f"{config.num_generations} x sets_per_batch {config.sets_per_batch}) of up to {seq_len} tokens")
+    if need > 0.9 * total:
+        raise ValueError(
+            f"a PS-GRPO step of {shape} needs about {need:.1f} GB ({parts}) but the {what} holds {total:.1f} GB; "
+            "shrink it: --passage_max_tokens 40, --max_passages 5, --num_generations 2 or --paraphrases 3"
+            + ("" if config.gradient_checkpointing else ", or turn --gradient_checkpointing on")
+            + " (RAGKIT_SKIP_MEMORY_CHECK=1 runs it anyway)")
+    if need > avail:
+        logger.warning("a PS-GRPO step of %s needs about %.1f GB but only %.1f GB of %s is free now",
+                       shape, need, avail, what)
+    else:
+        logger.info("a PS-GRPO step of %s needs about %.1f GB (%s); %.1f GB free", shape, need, parts, avail)
 
 
 def train_psgrpo(
@@ -712,7 +773,7 @@ def train_psgrpo(
     policy, tok, path = load_for_training(config.model, dtype=config.dtype, device="cpu",
                                           stop_at_newline=config.stop_at_newline)
     gen = Generator.from_components(policy, tok, name=path, template=config.template,
-                                    passage_max_tokens=config.passage_max_tokens, show_progress=False)
+                                    passage_max_tokens=config.passage_max_tokens or None, show_progress=False)
     if sets is None:
         sets = build_training_sets(config, generator=gen)
     bad = [s.set_id for s in sets if len(s) != config.n]
@@ -720,6 +781,12 @@ def train_psgrpo(
         raise ValueError(f"{len(bad)} set(s) (e.g. {bad[0]!r}) do not have paraphrases={config.n} members; "
                          "rebuild them with build_paraphrase_sets(..., n=paraphrases - 1)")
     dataset = build_grpo_dataset(sets, gen)
+    longest = max(len(ids) for ids in encode_prompts(tok, list(dataset["prompt"])))
+    seq_len = longest + int(config.max_completion_length or 0)
+    check_step_memory(estimate_step_memory(policy, config.per_device_train_batch_size, seq_len,
+                                           int(config.max_completion_length or 0),
+                                           bool(config.gradient_checkpointing), bool(config.lora_r),
+                                           config.beta > 0), config, seq_len)
     reward = ParaphraseSetReward(sim=similarity or config.reward, kappa=config.kappa or None, s=config.s,
                                  gold_weight=config.gold_weight, seed=config.seed, stops=tuple(gen.template.stop))
     write_json(out / "psgrpo_settings.json", settings)

@@ -34,3 +34,11 @@ def test_explicit_out_wins() -> None:
     args = build_parser().parse_args("eval --data-file dev.jsonl --out mine.json".split())
     assert args.out == "mine.json"
     assert default_report_name(args).startswith("ragkit-eval-")
+
+
+def test_ask_cuts_passages_by_default() -> None:
+    """`ragkit ask` scores k + 1 prompts: its passages are cut unless asked otherwise (0 = no cut)."""
+    from ragkit.cli.ask import ASK_PASSAGE_TOKENS
+
+    assert build_parser().parse_args(["ask", "Who wrote Hamlet?"]).passage_max_tokens == ASK_PASSAGE_TOKENS == 64
+    assert build_parser().parse_args(["ask", "q", "--passage-max-tokens", "0"]).passage_max_tokens == 0

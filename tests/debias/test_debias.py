@@ -5,8 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ragkit.debias import MoI, OutcomeResult, PositionProfile, design_matrix, ridge_utilities
+from ragkit.debias import MoI, PositionProfile
 from ragkit.debias.designs import cyclic, is_latin_square, make_design, prior, random_design, slots_of
+from ragkit.debias.estimators import design_matrix, ridge_utilities
+from ragkit.debias.outcomes import OutcomeResult
 from ragkit.debias.placement import place
 from ragkit.types import Passage
 
@@ -74,7 +76,7 @@ def test_bad_budget(bad: int) -> None:
     with pytest.raises(ValueError, match="budget"):
         prior(5, bad)
     with pytest.raises(ValueError, match="budget"):
-        MoI(None, outcome=oracle(np.ones(3) / 3, np.zeros(3)), budget=bad)
+        MoI.from_settings(None, outcome=oracle(np.ones(3) / 3, np.zeros(3)), budget=bad)
     with pytest.raises(ValueError, match="design"):
         make_design("zigzag", 4)
 
@@ -146,7 +148,8 @@ def test_moi_cyclic_recovers_exact_order() -> None:
     k = 8
     rng = np.random.default_rng(1)
     a, u = u_shape(k), rng.standard_normal(k)
-    moi = MoI(None, design="cyclic", outcome=oracle(a, u), lam=0.0, profile=PositionProfile(a), fallback=False)
+    moi = MoI.from_settings(None, design="cyclic", outcome=oracle(a, u), lam=0.0, profile=PositionProfile(a),
+                            fallback=False)
     (r,) = moi.run_batch(["q?"], [passages(k)], generate_answer=False)
     assert r.ranking.ids() == [f"p{i}" for i in np.argsort(-u)]
     assert r.generator_calls == k and len(r.orderings) == k
@@ -165,22 +168,22 @@ def test_moi_noisy_oracle_and_batching() -> None:
         return [oracle(a, us[int(q)], noise=1e-5, seed=int(q))(None, [q], [p], [o], None)[0]
                 for q, p, o in zip(questions, ps, orderings)]
 
-    moi = MoI(None, design="cyclic", outcome=fn, profile=PositionProfile(a), lam=1e-6, fallback=False)
+    moi = MoI.from_settings(None, design="cyclic", outcome=fn, profile=PositionProfile(a), lam=1e-6, fallback=False)
     res = moi.run_batch(["0", "1", "2"], [passages(k)] * 3, generate_answer=False)
     for r, u in zip(res, us):
         assert r.ranking.ids()[0] == f"p{int(np.argmax(u))}"
 
 
 def test_k1_and_empty_inputs() -> None:
-    moi = MoI(None, outcome=oracle(np.ones(1), np.zeros(1)))
+    moi = MoI.from_settings(None, outcome=oracle(np.ones(1), np.zeros(1)))
     (r,) = moi.run_batch(["q?"], [passages(1)], generate_answer=False)
     assert r.ranking.ids() == ["p0"] and r.order == [0] and r.generator_calls == 0
     with pytest.raises(ValueError, match="no passages"):
         moi.run_batch(["q?"], [[]], generate_answer=False)
     with pytest.raises(ValueError, match="generator"):
-        MoI(None, outcome="consensus")
+        MoI.from_settings(None, outcome="consensus")
     with pytest.raises(ValueError, match="outcome"):
-        MoI(None, outcome="vibes")
+        MoI.from_settings(None, outcome="vibes")
 
 
 def test_placement() -> None:

@@ -8,6 +8,7 @@ import pytest
 from ragkit.debias import METHOD_NAMES, MoI, MoIReranker, PositionProfile, get_method
 from ragkit.debias.baselines import answer_support, borda, per_ordering_rankings, rrf, vote
 from ragkit.debias.designs import cyclic
+from ragkit.debias.outcomes import consensus_outcomes
 from ragkit.debias.placement import both_ends_order, reverse_order
 from ragkit.types import Passage, QARecord
 
@@ -61,7 +62,7 @@ def test_moi_reranker_permutation(gen) -> None:
 
 @pytest.mark.parametrize("outcome", ["gold", "confidence"])
 def test_moi_outcomes(gen, outcome) -> None:
-    moi = MoI(gen, design="prior", budget=3, outcome=outcome, profile=PositionProfile.flat(4))
+    moi = MoI.from_settings(gen, design="prior", budget=3, outcome=outcome, profile=PositionProfile.flat(4))
     res = moi.run_batch(["Which word is number 1?"], [_passages(4)], answers_list=[["bravo"]],
                        generate_answer=False)
     assert len(res[0].outcomes) == 3 and np.all(np.isfinite(res[0].outcomes))
@@ -87,27 +88,28 @@ def test_gold_outcome_is_the_best_alias(gen) -> None:
 
 
 def test_consensus_tie_break_by_mean_logprob(gen) -> None:
-    """Issue 14.9: tied majority answers are all scored; the higher mean log-prob wins even when seen second."""
-    from ragkit.debias.outcomes import consensus_outcomes
+    """Tied majority answers are all scored; the higher mean log-prob wins even when seen second."""
+    from ragkit.debias.outcomes import best_candidate, majority_answer
 
     q, ps = "Which word is number 2?", _passages(4)
     sc = {c: np.asarray(gen.score_orderings([q], [ps], [ORDERS4], [c])[0].mean) for c in ("bravo", "delta echo")}
     worse, better = sorted(sc, key=lambda c: float(sc[c].mean()))
     assert sc[better].mean() > sc[worse].mean()
-    (res,) = consensus_outcomes(gen, [q], [ps], [ORDERS4], sampled=[[worse, better, worse + ".", better.upper()]])
-    assert res.target == better  # 2 votes each (normalised); the better-scored one wins the tie
-    assert np.allclose(res.values, sc[better], atol=1e-5)
-    assert res.generator_calls == 2 * len(ORDERS4)  # both tied candidates scored, no generation counted
-    (maj,) = consensus_outcomes(gen, [q], [ps], [ORDERS4], sampled=[[worse, worse, better, worse]])
-    assert maj.target == worse and np.allclose(maj.values, sc[worse], atol=1e-5)  # a majority is not a tie
-    (first,) = consensus_outcomes(gen, [q], [ps], [ORDERS4], sampled=[[worse, better, worse, better]],
-                                  max_tied=1)
-    assert first.target == worse  # max_tied=1 keeps the first seen
+    tied, _ = majority_answer([worse, better, worse + ".", better.upper()])
+    assert tied == [worse, better]  # 2 votes each (normalised), in order of first appearance
+    assert best_candidate([(c, sc[c]) for c in tied])[0] == better  # the better-scored one wins the tie
+    tied, _ = majority_answer([worse, worse, better, worse])
+    assert tied == [worse]  # a majority is not a tie
+    assert best_candidate([(worse, sc[worse]), (better, sc[worse])])[0] == worse  # equal scores: the first seen
+    # end to end: the consensus outcome's target is one of the orderings' majority answers
+    (res,) = consensus_outcomes(gen, [q], [ps], [ORDERS4], max_new_tokens=3)
+    assert res.target in (majority_answer(res.answers)[0] or [None])
+    assert res.generator_calls >= len(ORDERS4)
 
 
 def test_gold_outcome_needs_answers(gen) -> None:
     with pytest.raises(ValueError, match="reference answer"):
-        MoI(gen, outcome="gold").run_batch(["q?"], [_passages(3)], generate_answer=False)
+        MoI.from_settings(gen, outcome="gold").run_batch(["q?"], [_passages(3)], generate_answer=False)
 
 
 FAST_METHODS = ("none", "both_ends", "psc_rrf", "moi_prior", "moi_gold")
@@ -117,6 +119,8 @@ FAST_METHODS = ("none", "both_ends", "psc_rrf", "moi_prior", "moi_gold")
 def test_methods_run(gen, names) -> None:
     ps = _passages(3)
     for name in names:
+        if name == "moi_attn":  # needs a fitted probe: tests/debias/test_rerank_contract.py runs it with one
+            continue
         m = get_method(name, gen, max_new_tokens=2)
         outs = m.run_many(["Which word is number 2?", "Name a word?"], [ps, ps[:2]],
                          answers=[["charlie"], ["alpha"]])
@@ -133,7 +137,7 @@ def test_passages_longer_than_context(gen) -> None:
 
     small = Generator.from_components(gen.model, gen.tokenizer, max_length=420, show_progress=False)
     ps = _passages(3) + [Passage("long", "word " * 2000)]
-    res = MoI(small, design="prior", budget=2, max_new_tokens=2).run_batch(["q?"], [ps])
+    res = MoI.from_settings(small, design="prior", budget=2, max_new_tokens=2).run_batch(["q?"], [ps])
     assert sorted(res[0].order) == [0, 1, 2, 3] and res[0].answer is not None
 
 
@@ -159,7 +163,7 @@ def test_calibrate_real_probe(gen) -> None:
 
 
 def test_cyclic_design_sizes(gen) -> None:
-    moi = MoI(gen, design="cyclic", outcome="confidence", max_new_tokens=2)
+    moi = MoI.from_settings(gen, design="cyclic", outcome="confidence", max_new_tokens=2)
     res = moi.run_batch(["q?"], [_passages(3)], generate_answer=False)
     assert res[0].orderings == cyclic(3)
 
@@ -172,7 +176,7 @@ def test_moi_on_embedded_smollm2() -> None:
 
     gen = Generator(passage_max_tokens=40, show_progress=False)
     recs = sample_records(2)
-    res = MoI(gen, design="prior", budget=3, outcome="consensus").run_batch([r.question for r in recs],
+    res = MoI.from_settings(gen, design="prior", budget=3, outcome="consensus").run_batch([r.question for r in recs],
                                                                            [list(r.passages) for r in recs])
     for r, rec in zip(res, recs):
         assert sorted(r.ranking.ids()) == sorted(p.id for p in rec.passages)

@@ -38,6 +38,7 @@ from ragkit.debias.estimators import (
 from ragkit.debias.moi import MoI
 from ragkit.debias.outcomes import OutcomeResult
 from ragkit.debias.profile import PositionProfile, profile_cache_path
+from ragkit.debias.reranker import MoIReranker
 from ragkit.types import Passage, QARecord
 
 
@@ -222,18 +223,18 @@ def test_auto_blend_weighs_the_retriever_only_when_it_gave_scores() -> None:
     top two stay first; unblended, p2 leads."""
     k = 4
     out = subset_outcome(np.array([0.0, 0.0, 3.0, 0.0]))
-    moi = MoI(None, design="loo", outcome=out)
+    moi = MoI.from_settings(None, design="loo", outcome=out)
     assert moi.blend == "auto" and moi.blend_for([1.0] * k) == 0.75 and moi.blend_for(None) == 0.0
     (with_scores, without) = moi.run_batch(["q", "q"], [passages(k), passages(k)], [[3.0, 2.0, 1.0, 0.0], None],
                                           generate_answer=False)
     assert with_scores.ranking.ids() == ["p0", "p1", "p2", "p3"]
     assert with_scores.utilities == pytest.approx([0.862, 0.191, 0.098, -1.151], abs=1e-3)
     assert without.ranking.ids()[0] == "p2"
-    (fixed,) = MoI(None, design="loo", outcome=out, blend=0.0).run_batch(
+    (fixed,) = MoI.from_settings(None, design="loo", outcome=out, blend=0.0).run_batch(
         ["q"], [passages(k)], [[3.0, 2.0, 1.0, 0.0]], generate_answer=False)
     assert fixed.ranking.ids()[0] == "p2"
     with pytest.raises(ValueError, match="'auto'"):
-        MoI(None, design="loo", outcome=out, blend="retriever")
+        MoI.from_settings(None, design="loo", outcome=out, blend="retriever")
 
 
 def test_fallback_keeps_retriever_order() -> None:
@@ -241,12 +242,12 @@ def test_fallback_keeps_retriever_order() -> None:
     k = 5
     flat = subset_outcome(np.zeros(k))
     for design in ("loo", "ablate", "mixed", "cyclic"):
-        moi = MoI(None, design=design, outcome=flat)
+        moi = MoI.from_settings(None, design=design, outcome=flat)
         (r,) = moi.run_batch(["q"], [passages(k)], [[0.1, 0.5, 0.3, 0.9, 0.2]], generate_answer=False)
         assert r.fallback, design
         assert r.ranking.ids() == ["p3", "p1", "p2", "p4", "p0"], design
     # the same outcomes with fallback off and no blend give the tie order (retriever index), not the scores
-    (r,) = MoI(None, design="loo", outcome=flat, fallback=False, blend=0.0).run_batch(
+    (r,) = MoI.from_settings(None, design="loo", outcome=flat, fallback=False, blend=0.0).run_batch(
         ["q"], [passages(k)], [[0.1, 0.5, 0.3, 0.9, 0.2]], generate_answer=False)
     assert not r.fallback and r.ranking.ids() == [f"p{i}" for i in range(k)]
 
@@ -254,7 +255,8 @@ def test_fallback_keeps_retriever_order() -> None:
 def test_fallback_on_noise_only_f_test() -> None:
     """ablate with outcomes that are pure noise: the F-test does not reject -> fallback."""
     k = 6
-    moi = MoI(None, design="ablate", outcome=subset_outcome(np.zeros(k), noise=0.3, seed=1), transform="none",
+    moi = MoI.from_settings(None, design="ablate", outcome=subset_outcome(np.zeros(k), noise=0.3, seed=1),
+                            transform="none",
               surrogate="ridge")
     (r,) = moi.run_batch(["q"], [passages(k)], generate_answer=False)
     assert r.fit_stats["df_resid"] >= 1 and r.fit_stats["pvalue"] > 0.05
@@ -267,13 +269,13 @@ def test_presence_designs_find_the_useful_passage(design: str) -> None:
     k = 8
     u = np.array([0.05, -0.02, 0.0, 0.03, -0.04, 0.01, 1.5, 0.02])
     a = None if design != "mixed" else np.linspace(0.5, 1.5, k)
-    moi = MoI(None, design=design, outcome=subset_outcome(u, a, logprob=True), blend=0.0)
+    moi = MoI.from_settings(None, design=design, outcome=subset_outcome(u, a, logprob=True), blend=0.0)
     (r,) = moi.run_batch(["q"], [passages(k)], [np.linspace(1, 0, k)], generate_answer=False)
     assert not r.fallback
     assert r.ranking.ids()[0] == "p6"
     assert len(r.orderings) == {"loo": k + 1, "ablate": 2 * k, "mixed": 3 * k}[design]
     # a blend of 1 is the retriever order
-    (b,) = MoI(None, design=design, outcome=subset_outcome(u, a, logprob=True), blend=1.0).run_batch(
+    (b,) = MoI.from_settings(None, design=design, outcome=subset_outcome(u, a, logprob=True), blend=1.0).run_batch(
         ["q"], [passages(k)], [np.linspace(1, 0, k)], generate_answer=False)
     assert b.ranking.ids() == [f"p{i}" for i in range(k)]
 
@@ -286,9 +288,11 @@ def test_adaptive_budget_stops_early_when_easy() -> None:
     hard_u = np.zeros(k)  # nothing to find: the noise decides the top
     perm = lambda u, noise: subset_outcome(u, a, noise=noise, seed=3)  # noqa: E731  full orderings
     # the stopping rule is under test here, not the fallback (5 of 8 rotations smear the estimates)
-    easy = MoI(None, design="cyclic", budget="auto", outcome=perm(easy_u, 0.0), profile=PositionProfile(a),
+    easy = MoI.from_settings(None, design="cyclic", budget="auto", outcome=perm(easy_u, 0.0),
+                             profile=PositionProfile(a),
                lam=1e-3, fallback=False).run_batch(["q"], [passages(k)], generate_answer=False)[0]
-    hard = MoI(None, design="cyclic", budget="auto", outcome=perm(hard_u, 0.5), profile=PositionProfile(a),
+    hard = MoI.from_settings(None, design="cyclic", budget="auto", outcome=perm(hard_u, 0.5),
+                             profile=PositionProfile(a),
                lam=1e-3, fallback=False).run_batch(["q"], [passages(k)], generate_answer=False)[0]
     assert easy.rounds == 2 and len(easy.orderings) == 5  # 3 + 2, top-2 unchanged after round 2
     assert easy.ranking.ids()[0] == "p1"
@@ -297,11 +301,11 @@ def test_adaptive_budget_stops_early_when_easy() -> None:
     assert easy.generator_calls == 5  # outcomes of earlier rounds are reused
     # presence design: rounds of masks, same stopping rule
     u = np.array([0.0, 0.1, 2.0, 0.0, 0.0, 0.0])
-    r = MoI(None, design="ablate", budget="auto", outcome=subset_outcome(u, logprob=True)).run_batch(
+    r = MoI.from_settings(None, design="ablate", budget="auto", outcome=subset_outcome(u, logprob=True)).run_batch(
         ["q"], [passages(6)], generate_answer=False)[0]
     assert r.ranking.ids()[0] == "p2" and r.rounds == 2 and len(r.orderings) == 6 + 3
     with pytest.raises(ValueError, match="auto"):
-        MoI(None, outcome=perm(easy_u, 0.0), budget="many")
+        MoI.from_settings(None, outcome=perm(easy_u, 0.0), budget="many")
 
 
 # ------------------------------------------------------------------ issue 14.5: the model's profile
@@ -370,7 +374,7 @@ def test_moi_uses_the_models_profile(tmp_path, monkeypatch) -> None:
     gen = ProbeGenerator(a)
     PositionProfile.calibrate(gen, probe_records(), k=5).save_cached()
     u = np.array([0.0, 0.2, 1.0, -0.3, 0.1])
-    moi = MoI(gen, design="cyclic", outcome=subset_outcome(u, a), lam=0.0)
+    moi = MoI.from_settings(gen, design="cyclic", outcome=subset_outcome(u, a), lam=0.0)
     (r,) = moi.run_batch(["q"], [passages(5)], generate_answer=False)
     assert np.allclose(r.weights, a, atol=1e-6)
     assert r.ranking.ids() == [f"p{i}" for i in np.argsort(-u)]
@@ -378,7 +382,35 @@ def test_moi_uses_the_models_profile(tmp_path, monkeypatch) -> None:
     # a profile JSON path works too
     path = tmp_path / "given.json"
     PositionProfile(np.array([0.5, 0.2, 0.1, 0.1, 0.1])).save(path)
-    assert MoI(gen, outcome=subset_outcome(u, a), profile=str(path)).profile_for(5).weights[0] == 0.5
+    assert MoI.from_settings(gen, outcome=subset_outcome(u, a), profile=str(path)).profile_for(5).weights[0] == 0.5
+
+
+def test_reports_can_name_the_profile_used(tmp_path, monkeypatch) -> None:
+    """A profile knows where it came from (file / cache / calibrated / embedded / flat, path, sha256)."""
+    import hashlib
+
+    from ragkit.debias.presets import Method
+
+    monkeypatch.setenv("RAGKIT_CACHE", str(tmp_path))
+    a = np.array([0.3, 0.1, 0.05, 0.15, 0.4])
+    gen = ProbeGenerator(a, name=f"org/prov-{tmp_path.name}")
+    moi = MoI.from_settings(gen, design="cyclic", outcome=subset_outcome(np.zeros(5), a), lam=0.0)
+    moi.profile_for(5)
+    assert moi.profiles_used() == [{"source": "flat", "model": gen.name, "template": "chat", "k": 5}]
+    cached = PositionProfile.calibrate(gen, probe_records(), k=5).save_cached()
+    moi = MoI.from_settings(gen, design="cyclic", outcome=subset_outcome(np.zeros(5), a), lam=0.0)
+    (prov,) = [moi.profile_for(5).provenance]
+    assert prov["source"] == "cache" and prov["path"] == str(cached.resolve())
+    assert prov["sha256"] == hashlib.sha256(cached.read_bytes()).hexdigest()
+    assert "provenance" not in json.loads(cached.read_text())["meta"]  # never saved into the file
+    given = tmp_path / "given.json"
+    PositionProfile.load(cached).save(given)  # a loaded profile saved again holds no stale provenance
+    assert "provenance" not in json.loads(given.read_text())["meta"]
+    method = Method(MoIReranker(gen, design="cyclic", outcome="question"), "bias_aware", "single",
+                    profile=PositionProfile.load(given))
+    assert method.profiles_used()[0]["source"] == "file" and method.profiles_used()[0]["path"] == str(given)
+    emb = PositionProfile.for_generator(ProbeGenerator(a, name="SmolLM2-135M-Instruct"), 10)
+    assert emb.provenance["source"] == "embedded"
 
 
 # ------------------------------------------------------------------ tiny real model end to end
@@ -391,7 +423,7 @@ def _words(k: int) -> list[Passage]:
 def test_presence_designs_tiny_lm(gen, design: str) -> None:
     ps = _words(4)
     budget = {"loo": None, "ablate": 6, "mixed": 8}[design]
-    moi = MoI(gen, design=design, budget=budget, outcome="gold", max_new_tokens=2)
+    moi = MoI.from_settings(gen, design=design, budget=budget, outcome="gold", max_new_tokens=2)
     (r,) = moi.run_batch(["Which word is number 1?"], [ps], [[4.0, 3.0, 2.0, 1.0]], answers_list=[["bravo"]])
     M = {"loo": 5, "ablate": 6, "mixed": 8}[design]
     assert len(r.orderings) == M and len(r.outcomes) == M and np.all(np.isfinite(r.outcomes))
@@ -412,7 +444,7 @@ def test_presence_designs_tiny_lm(gen, design: str) -> None:
 def test_adaptive_consensus_tiny_lm(gen) -> None:
     """budget="auto" with the consensus outcome: every round re-scores all interventions (counted)."""
     ps = _words(5)
-    (r,) = MoI(gen, design="ablate", outcome="consensus", budget="auto", max_new_tokens=2).run_batch(
+    (r,) = MoI.from_settings(gen, design="ablate", outcome="consensus", budget="auto", max_new_tokens=2).run_batch(
         ["Which word is number 3?"], [ps], generate_answer=False)
     assert 5 <= len(r.orderings) <= 20 and r.rounds == 1 + (len(r.orderings) - 5) // 2
     assert len(r.outcomes) == len(r.orderings) and sorted(r.ranking.ids()) == [p.id for p in ps]
@@ -449,7 +481,7 @@ def test_cli_presence_design_and_cached_profile(tiny_lm_dir, tmp_path, monkeypat
     from ragkit.generation import Generator
 
     gen = Generator(model=str(tiny_lm_dir), show_progress=False)
-    assert np.allclose(MoI(gen).profile_for(3).weights, saved["weights"])  # picked up from the cache
+    assert np.allclose(MoI.from_settings(gen).profile_for(3).weights, saved["weights"])  # picked up from the cache
 
 
 def test_cli_eval_profile_file(tiny_lm_dir, tmp_path) -> None:
@@ -477,10 +509,12 @@ def test_gold_outcome_never_falls_back_by_default(gen) -> None:
     k = 5
     ps = passages(k)
     kw = {"design": "loo", "min_spread": 1e3, "blend": 0.0}
-    assert MoI(gen, outcome="gold").falls_back is False and MoI(gen).falls_back is True
-    assert MoI(gen, outcome="gold", fallback=True).falls_back is True
-    (auto,) = MoI(gen, outcome="gold", **kw).run_batch(["q"], [ps], answers_list=[["p3"]], generate_answer=False)
-    (forced,) = MoI(gen, outcome="gold", fallback=True, **kw).run_batch(["q"], [ps], answers_list=[["p3"]],
+    assert MoI.from_settings(gen, outcome="gold").falls_back is False and MoI.from_settings(gen).falls_back is True
+    assert MoI.from_settings(gen, outcome="gold", fallback=True).falls_back is True
+    (auto,) = MoI.from_settings(gen, outcome="gold", **kw).run_batch(["q"], [ps], answers_list=[["p3"]],
+                                generate_answer=False)
+    (forced,) = MoI.from_settings(gen, outcome="gold", fallback=True, **kw).run_batch(["q"], [ps],
+                                  answers_list=[["p3"]],
                                                                        generate_answer=False)
     raw = np.asarray(auto.raw_utilities)
     assert not auto.fallback and forced.fallback
@@ -488,7 +522,36 @@ def test_gold_outcome_never_falls_back_by_default(gen) -> None:
     assert auto.ranking.ids() == [f"p{j}" for j in sorted(range(k), key=lambda j: (-raw[j], j))]
     assert forced.ranking.ids() == [f"p{j}" for j in range(k)]
     assert auto.ranking.ids() != forced.ranking.ids()  # the tiny model's drops are not in input order
-    (q,) = MoI(gen, outcome="question", **kw).run_batch(["q"], [ps], generate_answer=False)
+    (q,) = MoI.from_settings(gen, outcome="question", **kw).run_batch(["q"], [ps], generate_answer=False)
     assert q.fallback and q.ranking.ids() == [f"p{j}" for j in range(k)]
     with pytest.raises(ValueError, match="'auto'"):
-        MoI(gen, fallback="sometimes")
+        MoI.from_settings(gen, fallback="sometimes")
+
+
+def test_designs_and_outcomes_are_small_objects() -> None:
+    """Each design owns its budget, rounds and fit; MoI holds no per-design branch and few parameters."""
+    import inspect
+
+    from ragkit.debias.interventions import Ablate, Cyclic, LeaveOneOut, Prior, design_from_name
+    from ragkit.debias.moi import FallbackTest
+    from ragkit.debias.outcomes import Consensus, Gold, outcome_from_name
+
+    assert design_from_name("prior", head=2, budget=3) == Prior(budget=3, head=2)
+    with pytest.raises(TypeError, match="takes no head"):
+        design_from_name("loo", head=2)
+    with pytest.raises(ValueError, match="surrogate"):
+        Ablate(surrogate="elastic")
+    with pytest.raises(ValueError, match="budget"):
+        Cyclic(budget=0)
+    rng = np.random.default_rng(0)
+    assert LeaveOneOut().interventions(3, rng) == [[0, 1, 2], [1, 2], [0, 2], [0, 1]]
+    cands, first, step = Prior(head=2).rounds(4, rng)
+    assert (first, step) == (2, 2) and all(o[2:] == [2, 3] for o in cands)  # only the head (2 orders) rotates
+    assert outcome_from_name("consensus", max_new_tokens=4, max_tied=1) == Consensus(max_new_tokens=4, max_tied=1)
+    moi = MoI(None, design=Prior(budget=2, lam=0.5), outcome=lambda *a: [], fallback=FallbackTest(True, alpha=0.1))
+    assert moi.design.lam == 0.5 and moi.fallback.alpha == 0.1 and moi.falls_back
+    assert not MoI.from_settings(object(), outcome="gold").falls_back and Gold.needs_answers  # type: ignore[arg-type]
+    params = [p for p in inspect.signature(MoI).parameters if p != "generator"]
+    assert len(params) <= 10, params
+    src = inspect.getsource(MoI)
+    assert "self.design ==" not in src and "self.outcome ==" not in src

@@ -48,8 +48,6 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "cyclic/consensus/blend": {"design": "cyclic", "outcome": "consensus", "blend": 0.3, "max_tied": 1},
     "cyclic/question/no-fallback": {"design": "cyclic", "outcome": "question", "fallback": False},
     "loo/question/ranked": {"design": "loo", "outcome": "question", "placement": "ranked", "fallback": True},
-    "cyclic/consensus/uncached": {"design": "cyclic", "outcome": "consensus", "reuse_cache": False},
-    "ablate/full_answer/uncached": {"design": "ablate", "outcome": "full_answer", "reuse_cache": False},
 }
 
 
@@ -84,7 +82,8 @@ def gen(tiny_lm_dir: Path) -> Any:
 
 def run_config(gen: Any, kw: dict[str, Any]) -> list[dict[str, Any]]:
     """The pinned fields of one MoI setting on the three queries."""
-    moi = MoI(gen, profile=PositionProfile(np.array([0.3, 0.1, 0.15, 0.2, 0.25])), max_new_tokens=3, seed=7, **kw)
+    moi = MoI.from_settings(gen, profile=PositionProfile(np.array([0.3, 0.1, 0.15, 0.2, 0.25])), max_new_tokens=3,
+                            seed=7, **kw)
     res = moi.run_batch(QUESTIONS, PASSAGES, SCORES, ANSWERS if kw["outcome"] == "gold" else None,
                         generate_answer=True)
     return [{"ids": r.ranking.ids(), "scores": [float(s) for s in r.ranking.scores()], "order": list(r.order),

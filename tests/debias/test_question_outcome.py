@@ -65,7 +65,7 @@ def test_question_outcome_finds_the_passage_the_question_is_about() -> None:
         ("Bread", "Bread is a staple food prepared from a dough of flour and water, usually by baking."),
     ])]
     ps = [noise[0], topic, noise[1], other, noise[2]]
-    res = MoI(gen, design="loo", outcome="question", fallback=False).run_batch([QUESTION], [ps],
+    res = MoI.from_settings(gen, design="loo", outcome="question", fallback=False).run_batch([QUESTION], [ps],
                                                                                 generate_answer=False)[0]
     top2 = set(res.ranking.ids()[:2])
     assert top2 == {"gold", "gold2"}, res.ranking.ids()

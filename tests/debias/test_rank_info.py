@@ -87,7 +87,8 @@ def test_fallback_is_reported_with_its_reason(gen) -> None:
     assert rk.info.fallback and "same outcome" in rk.info.fallback_reason
     assert rk.info.generator_calls == 5 and rk.info.forward_passes == 0  # no model behind the callable
     # a query that separates does not fall back, and says nothing
-    res = MoI(None, design="loo", outcome=lambda *a: [OutcomeResult(values=np.array([0.0, -3.0, 0.1, 0.0, 0.2]))],
+    res = MoI.from_settings(None, design="loo", outcome=lambda *a: [OutcomeResult(values=np.array([0.0, -3.0, 0.1,
+                            0.0, 0.2]))],
               blend=0.0).run("q?", ps, generate_answer=False)
     assert not res.fallback and res.fallback_reason == ""
 

@@ -132,11 +132,11 @@ def test_factory_errors_name_the_fix(gen, student_dir: Path, tmp_path: Path) -> 
 
 def test_default_moi_is_loo_question_and_cyclic_stays_by_name(gen) -> None:
     """Issue 20: the label-free default chosen on train is leave-one-out + question likelihood."""
-    for moi in (MoI(gen), MoIReranker(gen).moi, get_reranker("moi", gen).moi):
-        assert (moi.design, moi.outcome) == ("loo", "question")
+    for moi in (MoI(gen), MoI.from_settings(gen), MoIReranker(gen).moi, get_reranker("moi", gen).moi):
+        assert (moi.design.name, moi.outcome.name) == ("loo", "question")  # type: ignore[union-attr]
     old = get_reranker("moi_cyclic", gen).moi
-    assert (old.design, old.outcome) == ("cyclic", "consensus")
-    assert get_reranker("moi_cyclic", gen, budget=2).moi.budget == 2  # settings still override the preset
+    assert (old.design.name, old.outcome.name) == ("cyclic", "consensus")  # type: ignore[union-attr]
+    assert get_reranker("moi_cyclic", gen, budget=2).moi.design.budget == 2  # settings still override the preset
     # the default runs k + 1 interventions (full prompt + each passage left out), no generation before
     # the final answer
     rr = get_reranker("moi", gen, max_new_tokens=2)
@@ -153,10 +153,9 @@ def test_default_moi_is_loo_question_and_cyclic_stays_by_name(gen) -> None:
 
 def test_registry_names_and_validation() -> None:
     assert set(METHOD_NAMES) == {"none", "reverse", "both_ends", "random", "voting", "psc_borda", "psc_rrf",
-                                 "moi", "moi_cyclic", "moi_prior", "moi_random", "moi_confidence", "moi_gold",
-                                 "moi_auto", "moi_loo", "moi_ablate", "moi_mixed", "moi_loo_gold",
-                                 "moi_loo_q", "moi_ablate_q", "moi_masked", "upr", "icr"}
-    assert available_methods()[-2:] == ["student:PATH", "cross-encoder:NAME"]
+                                 "moi", "moi_cyclic", "moi_prior", "moi_confidence", "moi_gold", "moi_loo",
+                                 "moi_loo_gold", "moi_loo_q", "moi_masked", "upr", "icr", "moi_attn"}
+    assert available_methods()[-3:] == ["student:PATH", "cross-encoder:NAME", "llm:MODEL"]
     p = resolve_method("moi_prior")
     assert (p.reranker, p.placement, p.answerer) == ("moi_prior", "bias_aware", "single")
     assert resolve_method("cross-encoder:some/model").loads_encoder
@@ -181,10 +180,18 @@ REGISTRY = [*METHOD_NAMES, "student:", "cross-encoder:"]
 
 
 @pytest.mark.parametrize("name", REGISTRY)
-def test_every_registered_method_runs_in_eval(name: str, gen, student_dir: Path, tmp_path: Path) -> None:
+def test_every_registered_method_runs_in_eval(name: str, gen, student_dir: Path, tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 14 item 6: each method (``moi_gold`` included) runs on 2 bundled questions."""
     method = f"{name}{student_dir}" if name.endswith(":") else name
     recs = sample_records(2)
+    if name == "moi_attn":  # reads the probe of this generator: fit one on the two questions, found by its fingerprint
+        from ragkit.debias.attention_probe import fit_attention_probe, model_fingerprint
+
+        monkeypatch.setenv("RAGKIT_PROBE_DIR", str(tmp_path))
+        fit_attention_probe(gen, [r.question for r in recs], [list(r.passages[:3]) for r in recs],
+                            [[1.0, 0.0, -1.0]] * 2, out=tmp_path / f"{model_fingerprint(gen)}.json",
+                            show_progress=False)
     cfg = EvalConfig(sample=True, limit=2, k=3, methods=(method,), max_new_tokens=2, n_bootstrap=10,
                      device="cpu")
     rep = run_eval(cfg, out=tmp_path / "r.json", records=recs, generator=gen, show_progress=False)

@@ -135,16 +135,16 @@ def test_runner_holds_no_test_hooks() -> None:
     assert "SIGKILL" not in src and "KILL_AFTER" not in src and "_BaselineNone" not in src
 
 
-def test_unknown_method_is_reported_before_any_model_loads(tmp_path: Path) -> None:
+def test_unknown_method_is_reported_before_any_model_loads(tmp_path: Path, tiny_lm_dir: Path) -> None:
     with pytest.raises(ValueError, match="unknown method 'moi_prio'.*moi_prior.*student:PATH"):
         EvalConfig(methods=("none", "moi_prio"))
     with pytest.raises(ValueError, match="no such student folder"):
         EvalConfig(methods=("student:" + str(tmp_path / "missing"),))
     with pytest.raises(ValueError, match="listed twice"):
         EvalConfig(methods=("none", "none"))
-    # through the CLI: the typo is the error, no model is loaded (the model path does not exist)
-    res = subprocess.run([sys.executable, "-m", "ragkit.cli", "eval", "--model", str(tmp_path / "no-model"),
+    # through the CLI: the typo is the error, reported before the (valid) model would load
+    res = subprocess.run([sys.executable, "-m", "ragkit.cli", "eval", "--model", str(tiny_lm_dir),
                           "--methods", "none,moi_prio", "--limit", "1", "--out", str(tmp_path / "r.json")],
                          env=_env(), capture_output=True, text=True, timeout=300)
     assert res.returncode != 0 and "moi_prio" in res.stderr and "moi_prior" in res.stderr
-    assert "no-model" not in res.stderr
+    assert "Loading weights" not in res.stderr

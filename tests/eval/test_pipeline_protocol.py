@@ -164,3 +164,24 @@ def test_cross_encoder_spec_in_the_pipeline(hotpot_file: Path, tiny_encoder_dir:
         want = ce.rank(r["question"], [cands[i] for i in r["candidates"]]).ids()
         assert r["ranking"] == want and r["prompt"] == want[:3]
         assert r["cost"]["generator_calls"] == 1  # the encoder is not the generator: one answer
+
+
+def test_headline_is_holm_corrected_across_its_rows() -> None:
+    from ragkit.eval.runner import headline
+    from ragkit.eval.stats import holm
+
+    rows = []
+    for i in range(30):
+        gain = 1.0 if i % 3 else 0.0  # "b" puts a gold passage in the prompt for 20 of 30 questions
+        for m, rec, f1 in (("a", 0.0, 0.5), ("b", gain, 0.5), ("c", 0.0, 0.5 + (0.1 if i % 2 else -0.1))):
+            rows.append({"method": m, "qid": f"q{i}",
+                         "metrics": {"recall@3": rec, "ndcg@10": rec, "f1": f1, "em": 0.0}})
+    h = headline(rows, "hotpotqa", ("a", "b", "c"), k=3, n_bootstrap=500, seed=0)
+    assert h["baseline"] == "a" and h["family"] == 8  # 2 methods x (recall@3, ndcg@10, f1, em)
+    by = {(r["method"], r["metric"]): r for r in h["rows"]}
+    assert [r["p_holm"] for r in h["rows"]] == holm([r["p"] for r in h["rows"]])
+    assert by[("b", "recall@3")]["holds"] and by[("b", "recall@3")]["holm_lo"] > 0
+    assert by[("b", "recall@3")]["mean"] == pytest.approx(20 / 30)
+    assert not by[("c", "f1")]["holds"] and by[("c", "f1")]["holm_lo"] < 0 < by[("c", "f1")]["holm_hi"]
+    # the Holm interval is at least as wide as the plain 95% one
+    assert all(r["holm_lo"] <= r["lo"] + 1e-12 and r["holm_hi"] >= r["hi"] - 1e-12 for r in h["rows"])

@@ -129,7 +129,7 @@ def test_greedy_decoding_uses_the_cache_under_its_current_name(gen: Generator) -
     with torch.no_grad():
         for _ in range(5):
             nxt = gen.model(input_ids=ids).logits[0, -1].argmax()
-            if int(nxt) in gen._eos_ids:
+            if int(nxt) in gen.handle.eos_ids:
                 break
             ids = torch.cat([ids, nxt.view(1, 1)], dim=1)
     n = len(tok(prompt).input_ids)

@@ -42,6 +42,7 @@ SHARED = Path(os.environ.get("RAGKIT_SHARED_DATA", ROOT.parent / "shared" / "dat
 ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
        "RAGKIT_NO_PROGRESS": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1", "PYTHONDONTWRITEBYTECODE": "1"}
 EXPECT_RC = {"ok": 0, "error": 1, "usage": 2}
+KEEP_MARKER = "<!-- kept when the table above is regenerated -->"
 
 
 # ----------------------------------------------------------------------------- fixtures
@@ -1009,6 +1010,10 @@ def cases() -> list[Case]:
           env={"RAGKIT_API_KEY": ""}, fast=True))
     add(C("serve", "--no-auth with --api-key", ["serve", "--no-auth", "--api-key", "k"], "error", r"contradict",
           fast=True))
+    for url, what in (("http://bob:s3cret@127.0.0.1:9/v1?api_key=s3cret", "nothing listening"),
+                      ("http://bob:s3cret@[::1/v1", "not a valid URL")):
+        add(C("serve", f"--model URL with a password, {what} (never shown)", ["serve", "--model", url, "--port", "0"],
+              "error", r"\*\*\*:\*\*\*@", check=_never_shows("s3cret")))
 
     # -- locks (another live process holds the output)
     for argv, target in ((["eval", "--out", "r.json", "--limit", "1"], "r.json"),
@@ -1019,6 +1024,12 @@ def cases() -> list[Case]:
     add(C("locks", "a lock left by a killed run is stale", ["index", "--out", "i", "--quiet"], "ok",
           r"indexed", setup=_stale_lock("i"), may_change=("i.lock",)))
     return out
+
+
+def _never_shows(secret: str) -> Check:
+    def check(cwd: Path, fx: Fixtures, r: Result) -> str | None:
+        return f"the output shows {secret!r}" if secret in r.out + r.err else None
+    return check
 
 
 # ----------------------------------------------------------------------------- setups needing a real run
@@ -1260,6 +1271,10 @@ def write_markdown(results: list[Result], path: Path, wall: float) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     text = "\n".join(lines) + "\n"
+    if path.exists():  # sections written by other scripts or by hand follow the marker and are kept
+        old = path.read_text(encoding="utf-8")
+        if KEEP_MARKER in old:
+            text += "\n" + old[old.index(KEEP_MARKER):]
     text = text.replace(str(Path.home()), "~")  # no machine path in the committed table
     tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)

@@ -16,7 +16,7 @@ QUICK = [
     "search: --out is a folder", "index: --out the project folder$", "index: --corpus not JSON",
     "rerank: NaN retriever score", "rerank: duplicate passage ids", "eval: --limit -1",
     "eval: --methods typo", "ask: RAGKIT_CACHE is a file", "serve: --port 99999",
-    "locks: `ragkit index` while",
+    "locks: `ragkit index` while", "serve: --max-wait-ms nan", "serve: RAGKIT_API_KEY set but empty",
 ]
 
 

@@ -156,6 +156,13 @@ def test_a_gzip_bomb_is_decompressed_only_up_to_the_bound(tiny_lm_dir: Path, liv
     srv2 = live_server(upstream(fine))
     assert _remote(srv2.url, tiny_lm_dir).generate(["Q:"], max_new_tokens=4) == [" Paris"]
 
+    async def broken(request: Any, body: dict, state: dict) -> Any:
+        return Response(b"not gzip at all", headers={"Content-Encoding": "gzip"}, media_type="application/json")
+
+    srv3 = live_server(upstream(broken))
+    with pytest.raises(RemoteServerError, match="does not decompress"):
+        _remote(srv3.url, tiny_lm_dir).generate(["Q:"], max_new_tokens=4)
+
 
 def test_credentials_in_the_url_reach_the_server_but_are_never_shown(tiny_lm_dir: Path, live_server: Any,
                                                                      caplog: pytest.LogCaptureFixture) -> None:

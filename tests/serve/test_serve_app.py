@@ -121,7 +121,6 @@ def test_concurrent_requests_are_micro_batched(tiny_reranker: Any, live_server: 
         ("/v1/rerank", {"query": "q", "documents": ["a"], "top_n": 0}, 422, "top_n"),
         ("/v1/rerank", {"query": "q", "documents": ["a"], "top_n": True}, 422, "top_n"),
         ("/v1/rerank", {"query": "q", "documents": ["a"] * 11}, 413, "documents"),
-        ("/v1/rerank", {"query": "q", "documents": ["a", "x" * 101]}, 413, "documents[1]"),
         ("/v2/rerank", {"query": "q" * 101, "documents": ["a"]}, 413, "query"),
         ("/rerank", {"query": "q", "texts": ["a"], "raw_scores": "yes"}, 422, "raw_scores"),
         ("/rerank", {"query": "q", "documents": ["a"]}, 422, "texts"),

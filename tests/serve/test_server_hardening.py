@@ -27,16 +27,16 @@ DOCS = ["The castle stands on a hill above the town.", "A zebra river flows past
 class Slow(Reranker):
     """The tiny student behind a switchable delay and failure, recording every ``rank_many`` call."""
 
-    def __init__(self, inner: Reranker, delay: float = 0.0, fail: bool = False) -> None:
-        self.inner, self.delay, self.fail = inner, delay, fail
+    def __init__(self, inner: Reranker, delay: float = 0.0, fail: bool = False, per_doc: float = 0.0) -> None:
+        self.inner, self.delay, self.fail, self.per_doc = inner, delay, fail, per_doc
         self.calls: list[list[str]] = []
         self.lock = threading.Lock()
 
     def _rank_many(self, queries, passages, scores):  # type: ignore[no-untyped-def]
         with self.lock:
             self.calls.append([q.text for q in queries])
-        if self.delay:
-            time.sleep(self.delay)
+        if self.delay or self.per_doc:
+            time.sleep(self.delay + self.per_doc * sum(len(p) for p in passages))
         if self.fail:
             raise ConnectionError("the generator server is unreachable")
         if any("BOOM" in q.text for q in queries):
@@ -156,10 +156,13 @@ def test_top_n_of_5000_digits_is_a_422(tiny_reranker: Any, live_server: Any) -> 
 
 
 def test_the_per_request_work_budget(tiny_reranker: Any, live_server: Any) -> None:
-    srv = live_server(create_app(tiny_reranker, ServeSettings(max_request_chars=2_000)))
+    srv = live_server(create_app(tiny_reranker, ServeSettings(max_request_chars=2_000, max_pair_chars=250)))
     r = httpx.post(srv.url + "/rerank", json={"query": "q" * 100, "texts": ["d" * 100] * 11})
     assert r.status_code == 413 and "max_request_chars" in r.json()["message"] and r.json()["field"] == "texts"
     assert httpx.post(srv.url + "/rerank", json={"query": "q" * 100, "texts": ["d" * 100] * 9}).status_code == 200
+    # text past the window a reranker reads adds no work: a pair counts at most max_pair_chars
+    assert httpx.post(srv.url + "/rerank", json={"query": "q", "texts": ["d" * 10_000] * 9}).status_code == 413
+    assert httpx.post(srv.url + "/rerank", json={"query": "q", "texts": ["d" * 10_000] * 7}).status_code == 200
 
 
 def test_a_request_gets_504_at_its_deadline_and_queued_work_is_dropped(tiny_reranker: Any, live_server: Any) -> None:
@@ -306,3 +309,30 @@ def test_sigterm_stops_ragkit_serve_while_a_backend_call_sleeps(tiny_lm_dir: Any
             proc.wait()
     out = proc.stdout.read().decode() if proc.stdout else ""
     assert "pa55word" not in out and "Traceback" not in out, out[-2000:]
+
+
+def test_a_large_request_is_ranked_in_slices_so_a_small_one_is_not_held(tiny_reranker: Any, live_server: Any) -> None:
+    rr = Slow(tiny_reranker, per_doc=0.25)  # the time of a call grows with its documents, as a model's does
+    settings = ServeSettings(max_batch_size=8, max_wait_ms=0, slice_documents=2, max_batch_documents=2)
+    app = create_app(rr, settings)
+    app.state.service.pointwise = True  # the wrapper scores each pair on its own, as the student inside it
+    srv = live_server(app)
+    docs = [f"{d} (copy {i})" for i in range(4) for d in DOCS]  # 12 documents: 6 slices of 2
+    expected = tiny_reranker.rank(QUERY, docs)
+
+    async def go() -> tuple[httpx.Response, httpx.Response, float, float]:
+        async with httpx.AsyncClient(base_url=srv.url, timeout=60) as c:
+            t0 = time.monotonic()
+            big = asyncio.ensure_future(c.post("/rerank", json={"query": QUERY, "texts": docs, "raw_scores": True}))
+            await asyncio.sleep(0.2)
+            small = await c.post("/rerank", json={"query": "small", "texts": DOCS[:1]})
+            t_small = time.monotonic() - t0
+            big_r = await big
+            return big_r, small, t_small, time.monotonic() - t0
+
+    big, small, t_small, t_big = asyncio.run(go())
+    assert big.status_code == 200 and small.status_code == 200
+    assert t_small < 1.6 < t_big, (t_small, t_big)  # one slice (0.5 s) and its own call, not all 3 s
+    assert [x["index"] for x in big.json()] == [int(i) for i in expected.ids()]  # slicing changes nothing
+    assert [x["score"] for x in big.json()] == pytest.approx(expected.scores(), abs=1e-5)
+    assert ["small"] in rr.calls[:3]

@@ -235,10 +235,10 @@ def test_cli_train_writes_a_loadable_student(tiny_encoder_dir: Path, tmp_path: P
     out = tmp_path / "student"
     rc = main(["distill", "--labels", str(labels), "--out", str(out), "--base-model",
                str(tiny_encoder_dir), "--loss", "ranknet", "--epochs", "1", "--lr", "1e-3", "--max-length", "32",
-               "--device", "cpu", "--json"])
+               "--device", "cpu", "--json", "--student", "cross-encoder", "--holdout", "0"])
     assert rc == 0
     captured = capsys.readouterr()
-    assert "trained ranknet student on 6 questions" in captured.err  # --json: summary on stderr
+    assert "trained cross-encoder student (ranknet) on 6 questions" in captured.err  # --json: summary on stderr
     assert json.loads(captured.out)["num_queries"] == 6  # stdout holds only the JSON report
     student = DistilledReranker.load(out, device="cpu")
     assert len(student.rank("a question?", ["one", "two zebra"])) == 2
@@ -302,5 +302,8 @@ def test_defaults_are_the_held_out_winner() -> None:
 
     params = inspect.signature(train_student).parameters
     assert (params["loss"].default, params["lr"].default, params["epochs"].default) == ("listnet", 1e-4, 3.0)
-    args = build_parser().parse_args(["distill", "--labels", "l.jsonl", "--out", "s"])
-    assert (args.loss, args.lr, args.epochs) == ("listnet", 1e-4, 3.0)
+    from ragkit.cli.distill import recipe_kwargs
+
+    args = build_parser().parse_args(["distill", "--labels", "l.jsonl", "--out", "s", "--student", "cross-encoder"])
+    kw = recipe_kwargs(args)
+    assert (kw["loss"], kw["lr"], kw["epochs"]) == ("listnet", 1e-4, 3.0)

@@ -96,7 +96,6 @@ def test_grpo_config_is_explicit(tmp_path) -> None:
     gradient checkpointing follows the device unless set."""
     import dataclasses
 
-    import torch
     from trl import GRPOConfig
 
     import ragkit.training.psgrpo as psgrpo
@@ -107,9 +106,9 @@ def test_grpo_config_is_explicit(tmp_path) -> None:
     assert (cfg.beta, cfg.epsilon, cfg.epsilon_high) == (0.1, 0.3, 0.3)
     assert cfg.steps_per_generation == cfg.gradient_accumulation_steps == 1
     assert cfg.generation_batch_size == 6
-    assert cfg.gradient_checkpointing is torch.cuda.is_available()  # default: on with CUDA only
-    forced = PSGRPOConfig(output_dir=str(tmp_path), gradient_checkpointing=not torch.cuda.is_available())
-    assert forced.gradient_checkpointing is (not torch.cuda.is_available())
+    assert cfg.gradient_checkpointing is True  # default on, CPU included (a 16-rollout step needs it in 24 GB)
+    forced = PSGRPOConfig(output_dir=str(tmp_path), gradient_checkpointing=False)
+    assert forced.gradient_checkpointing is False
     # the documented objective: plain k3 KL (no importance-ratio factor), per-sequence token mean, group scaling
     assert cfg.use_bias_correction_kl is False
     assert (cfg.loss_type, cfg.scale_rewards, cfg.importance_sampling_level) == ("grpo", "group", "token")
@@ -236,8 +235,9 @@ def test_cli_parses_and_rejects_bad_input(tmp_path) -> None:
         args.func(args)
 
 
-def test_load_training_records_formats(tmp_path) -> None:
-    from ragkit.training.psgrpo import load_training_records
+def test_load_records_reads_qa_paraphrase_sets_and_hotpotqa(tmp_path) -> None:
+    """PS-GRPO reads its training file through the one record loader, ``ragkit.datasets.load_records``."""
+    from ragkit.datasets import load_records as load_training_records
 
     qa = tmp_path / "qa.jsonl"
     qa.write_text(json.dumps({"id": "1", "question": "Who?", "answers": ["Bob"],
@@ -252,3 +252,30 @@ def test_load_training_records_formats(tmp_path) -> None:
     bad.write_text(json.dumps({"q": 1}) + "\n")
     with pytest.raises(ValueError, match="question"):
         load_training_records(bad)
+    hp = tmp_path / "hotpot.jsonl"
+    hp.write_text(json.dumps({"id": "h1", "question": "Q?", "answer": "A", "type": "bridge", "level": "easy",
+                              "supporting_facts": {"title": ["T"], "sent_id": [0]},
+                              "context": {"title": ["T", "U"], "sentences": [["a."], ["b."]]}}) + "\n")
+    (rec,) = load_training_records(hp)
+    assert rec.id == "h1" and rec.gold_ids == ("T",) and [p.id for p in rec.passages] == ["T", "U"]
+
+
+def test_step_memory_estimate_and_early_refusal(tmp_path, monkeypatch, tiny_lm_dir) -> None:
+    """A step that cannot fit the machine is refused before training, with its numbers and the fixes."""
+    from transformers import AutoModelForCausalLM
+
+    import ragkit.training.psgrpo as psgrpo
+
+    model = AutoModelForCausalLM.from_pretrained(str(tiny_lm_dir))
+    est = {c: psgrpo.estimate_step_memory(model, 16, 700, 16, c, lora=False, reference=True) for c in (False, True)}
+    assert est[True]["activations"] < est[False]["activations"]
+    longer = psgrpo.estimate_step_memory(model, 16, 1400, 16, False, lora=False, reference=True)
+    assert longer["activations"] > 3 * est[False]["activations"]  # attention grows with the square of the length
+    cfg = PSGRPOConfig(output_dir=str(tmp_path), gradient_checkpointing=False)
+    monkeypatch.setattr(psgrpo, "_memory_budget", lambda device: (24.0, 20.0, "RAM"))
+    psgrpo.check_step_memory({"activations": 5.0, "total": 6.0}, cfg, 700)  # fits: no error
+    with pytest.raises(ValueError, match=r"needs about 30\.0 GB.*holds 24\.0 GB.*--passage_max_tokens.*"
+                                         r"--gradient_checkpointing"):
+        psgrpo.check_step_memory({"activations": 29.0, "total": 30.0}, cfg, 700)
+    monkeypatch.setenv("RAGKIT_SKIP_MEMORY_CHECK", "1")
+    psgrpo.check_step_memory({"activations": 29.0, "total": 30.0}, cfg, 700)

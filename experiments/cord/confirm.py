@@ -1,0 +1,295 @@
+"""The pre-registered CORD confirmation: every arm and seed of ``plan.json``, on fresh questions.
+
+The plan (``experiments/cord/plan.json``, committed before any of its results) fixes the arms,
+the seeds, the selection and evaluation questions, the primary metric (the mean per-question
+spread of the gold answer's log-prob across gold slots, k = 10) and the rule that decides
+``CORDConfig``'s defaults. This script carries it out, resumable at every stage (trainings resume
+from their last checkpoint, sweeps from their partial files, finished stages from ``--out``):
+
+1. train every arm at seed 0 (LoRA, 300 steps on the 300 HotpotQA train questions);
+2. sweep the CORD arms on the SELECTION questions and name ``BEST_CORD`` (lowest spread);
+3. train ``shuffle`` and ``BEST_CORD`` at seeds 1 and 2;
+4. sweep every arm and seed on the EVALUATION questions: k = 10 (gold at slots 1/3/6/8/10, greedy
+   answers and 5 random orders for the permutation sensitivity rate), k = 20 for base, shuffle and
+   BEST_CORD;
+5. the headline contrasts with two-level (seed, question) bootstrap intervals, Holm-adjusted
+   p-values and Bonferroni-widened intervals, and the decision rule's verdict.
+
+    python3 experiments/cord/confirm.py --model "$(bash $RAGKIT_DATA/../tools/get_qwen05.sh)" \\
+        --workdir /work/runs/cord-confirm --out experiments/cord/results/confirm-qwen-cpu.json
+
+The JSON names the plan and its commit (``"plan": {"path", "commit"}``); a plan with uncommitted
+changes is refused (``--allow-uncommitted-plan`` exists for tests and smoke runs only, and is
+recorded). ``--stage`` stops after a stage, ``--max-questions`` cuts every question range (smoke).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import subprocess
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ragkit.datasets import data_path
+from ragkit.eval.harness import gpu_epilog, rel, study_config, study_main, write_result
+from ragkit.eval.stats import holm, seed_question_bootstrap
+
+HERE = Path(__file__).resolve().parent
+STAGES = ("train", "select", "seeds", "evaluate", "report")
+#: primary metric first; every one is a per-question value, so arms compare question by question
+METRICS = ("spread", "mean_logprob", "em", "psr")
+
+
+def plan_commit(path: Path) -> str | None:
+    """The last commit that touched ``path``, or ``None`` when it has uncommitted changes or is untracked."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=path.parent, capture_output=True, text=True).stdout.strip()
+
+    if git("status", "--porcelain", "--", path.name):
+        return None
+    return git("log", "-1", "--format=%H", "--", path.name) or None
+
+
+def arm_settings(plan: Mapping[str, Any], arm: str) -> dict[str, Any]:
+    """``CORDConfig`` fields of a trained arm: ``loss``, ``lam`` and ``alpha`` (``None``: score-aware)."""
+    spec = plan["arms"][arm]
+    alpha = spec.get("alpha")
+    return {"loss": spec["loss"], "lam": float(spec.get("lam", 1.0)),
+            "alpha": None if alpha in (None, "score-aware") else float(alpha)}
+
+
+def question_metrics(per_question: list[dict[str, Any]], k: int) -> dict[str, dict[str, float]]:
+    """Per question id: spread and mean of the slot log-probs, mean EM over slots, and (k = 10) whether
+    the greedy answer changed across the random orders."""
+    from ragkit.text import normalize_answer
+
+    out: dict[str, dict[str, Any]] = {}
+    for r in per_question:
+        if r.get("k") != k:
+            continue
+        q = out.setdefault(r["qid"], {"lp": [], "em": [], "answers": set()})
+        if r["setting"] == "slot":
+            q["lp"].append(r["logprob"])
+            q["em"].append(r["subspan_em"])
+        elif r["setting"] == "permutation":
+            q["answers"].add(normalize_answer(r["prediction"]))
+    return {qid: {"spread": float(max(v["lp"]) - min(v["lp"])), "mean_logprob": float(np.mean(v["lp"])),
+                  "em": float(np.mean(v["em"])) if v["em"] else float("nan"),
+                  "psr": float(len(v["answers"]) > 1) if v["answers"] else float("nan")}
+            for qid, v in out.items() if v["lp"]}
+
+
+def per_seed_vectors(arms: Mapping[str, Mapping[str, Any]], arm: str, metric: str, k: str) -> dict[str, list[float]]:
+    """An arm's per-question values of one metric, by seed (questions in one sorted order)."""
+    seeds = arms[arm]["per_seed"]
+    qids = sorted(seeds["0"]["sweeps"][k]["per_question_metrics"])
+    return {s: [v["sweeps"][k]["per_question_metrics"][q][metric] for q in qids]
+            for s, v in seeds.items() if k in v.get("sweeps", {})}
+
+
+def contrasts(arms: Mapping[str, Mapping[str, Any]], names: list[str], metric: str, k: str,
+              n_boot: int) -> dict[str, Any]:
+    """``"a - b"`` contrasts of one metric: seed-and-question intervals, Holm p, Bonferroni intervals.
+
+    The 95% interval is per contrast; ``lo_bonferroni``/``hi_bonferroni`` are at ``1 − 0.05/m`` for
+    the ``m`` contrasts given (simultaneous coverage), ``p_holm`` the Holm-adjusted p-value.
+    """
+    pairs = {}
+    for name in names:
+        a, b = (x.strip() for x in name.split(" - "))
+        if all(x in arms and k in arms[x].get("per_seed", {}).get("0", {}).get("sweeps", {}) for x in (a, b)):
+            pairs[name] = (per_seed_vectors(arms, a, metric, k), per_seed_vectors(arms, b, metric, k))
+    out = {n: seed_question_bootstrap(va, vb, n_boot=n_boot, seed=0) for n, (va, vb) in pairs.items()}
+    if out:
+        adj = holm({n: v["p"] for n, v in out.items()})
+        for n, (va, vb) in pairs.items():
+            wide = seed_question_bootstrap(va, vb, n_boot=n_boot, seed=0, alpha=0.05 / len(out))
+            out[n].update(p_holm=adj[n], lo_bonferroni=wide["lo"], hi_bonferroni=wide["hi"])
+    return out
+
+
+def decide(plan: Mapping[str, Any], result: Mapping[str, Any]) -> dict[str, Any]:
+    """The plan's decision rule applied to the evaluation contrasts (``BEST_CORD - shuffle``)."""
+    best = result.get("best_cord")
+    name = f"{best} - shuffle"
+    primary = result.get("contrasts", {}).get("spread", {}).get(name)
+    em = result.get("contrasts_secondary", {}).get("em", {}).get(name)
+    if best is None or primary is None or em is None:
+        return {"verdict": "pending", "why": "the evaluation of BEST_CORD and shuffle is not complete"}
+    below = primary["hi_bonferroni"] < 0
+    non_inferior = em["lo"] > -0.03
+    adopt = below and non_inferior
+    return {"best_cord": best, "primary_below_zero": below, "em_non_inferior": non_inferior,
+            "verdict": "adopt BEST_CORD's settings as CORDConfig defaults" if adopt else
+            "keep the paper's defaults; recommend shuffle as the baseline",
+            "settings": arm_settings(plan, best) if adopt else None, "rule": plan["decision_rule"]["defaults"]}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The study's options; the plan fixes everything else."""
+    epilog = gpu_epilog("experiments/cord/confirm.py",
+                        "--model Qwen/Qwen2.5-7B-Instruct --device cuda --workdir /tmp/cord-confirm",
+                        note="The plan names the reference generator; another --model is another study: "
+                             "pass another --out.")
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0], epilog=epilog,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default=str(HERE / "results" / "confirm-qwen-cpu.json"))
+    ap.add_argument("--plan", default=str(HERE / "plan.json"))
+    ap.add_argument("--model", default=None, help="base generator: the plan's reference generator GGUF path")
+    ap.add_argument("--device", default="cpu", help="device of the sweeps (training uses accelerate's)")
+    ap.add_argument("--workdir", default="/work/runs/cord-confirm", help="trained models and partial sweeps")
+    ap.add_argument("--train-file", default=None, help="default: $RAGKIT_DATA/hotpotqa/train.jsonl")
+    ap.add_argument("--sweep-file", default=None, help="default: $RAGKIT_DATA/nq_open/nq-open-oracle.jsonl.gz")
+    ap.add_argument("--stage", choices=STAGES, default="report", help="stop after this stage")
+    ap.add_argument("--max-questions", type=int, default=None, help="cut each question range (smoke runs only)")
+    ap.add_argument("--max-steps", type=int, default=None, help="cut training (smoke runs only)")
+    ap.add_argument("--passage-max-tokens", type=int, default=48)
+    ap.add_argument("--n-boot", type=int, default=2000)
+    ap.add_argument("--allow-uncommitted-plan", action="store_true", help="tests and smoke runs only; recorded")
+    return ap
+
+
+def run(config: Mapping[str, Any]) -> int:
+    """Carry out the plan up to ``--stage`` (see the module docstring)."""
+    a = study_config(build_parser(), config)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    os.environ.setdefault("RAGKIT_NO_PROGRESS", "1")
+    from ragkit.datasets import load_dataset
+    from ragkit.eval.sweep import position_sweep
+    from ragkit.generation import Generator
+    from ragkit.models import resolve_generator_path
+    from ragkit.training.cord import CORDConfig, train_cord
+    from ragkit.training.data import load_examples
+
+    plan_path = Path(a.plan).resolve()
+    plan = json.loads(plan_path.read_text())
+    commit = plan_commit(plan_path)
+    if commit is None and not a.allow_uncommitted_plan:
+        raise SystemExit(f"{plan_path} has uncommitted changes or is not tracked: commit the plan before its run")
+    smoke = bool(a.max_questions or a.max_steps or a.allow_uncommitted_plan)
+    base = resolve_generator_path(a.model)
+    train_file = a.train_file or str(data_path("hotpotqa", "train.jsonl"))
+    sweep_file = a.sweep_file or str(data_path("nq_open", "nq-open-oracle.jsonl.gz"))
+    out = Path(a.out)
+    result: dict[str, Any] = json.loads(out.read_text()) if out.exists() else {}
+    if result and result.get("plan", {}).get("commit") != commit:
+        raise SystemExit(f"{out} was written under another commit of the plan; pass another --out")
+    result.update(plan={"path": rel(plan_path), "commit": commit}, smoke=smoke, model=rel(base),
+                  config={"max_questions": a.max_questions, "max_steps": a.max_steps,
+                          "passage_max_tokens": a.passage_max_tokens, "device": a.device})
+    result.setdefault("arms", {})
+    qs = plan["questions"]
+    pool = load_dataset("nq-open", sweep_file)
+
+    def rows(key: str) -> list:
+        lo, hi = qs[key]["rows"]
+        hi = min(hi, lo + a.max_questions) if a.max_questions else hi
+        return pool[lo:hi]
+
+    tr = plan["training"]
+    examples: list = []
+
+    def model_dir(arm: str, seed: int) -> Path:
+        return Path(a.workdir) / f"{arm.replace(':', '_')}-seed{seed}"
+
+    def trained(arm: str, seed: int) -> str:
+        if arm == "base":
+            return base
+        nonlocal examples
+        final = model_dir(arm, seed) / "final"
+        if not (final / "config.json").exists():
+            if not examples:
+                examples = load_examples(train_file, limit=None if not a.max_questions else 4 * a.max_questions,
+                                         k=tr["k"])
+            steps = a.max_steps or tr["max_steps"]
+            st = CORDConfig(output_dir=str(model_dir(arm, seed)), model=base, lora=True, lora_r=16,
+                            per_device_train_batch_size=1, passage_max_tokens=a.passage_max_tokens,
+                            learning_rate=tr["learning_rate"], max_steps=steps, seed=seed, logging_steps=5,
+                            save_steps=max(1, min(25, steps)), resume_from_checkpoint="last",
+                            **arm_settings(plan, arm))
+            summary = train_cord(examples, st)
+            rec = result["arms"].setdefault(arm, {"per_seed": {}})["per_seed"].setdefault(str(seed), {})
+            rec["train"] = {k: v for k, v in summary.items() if k != "settings"}
+            write_result(out, result)
+        return str(final)
+
+    def sweep(arm: str, seed: int, key: str, k: int, permutations: int) -> dict[str, Any]:
+        rec = result["arms"].setdefault(arm, {"per_seed": {}})["per_seed"].setdefault(str(seed), {})
+        label = f"{key}-k{k}"
+        if label in rec.get("sweeps", {}):
+            return rec["sweeps"][label]
+        gen = Generator(model=trained(arm, seed), device=a.device, passage_max_tokens=a.passage_max_tokens,
+                        batch_size=8, show_progress=False)
+        slots = [s - 1 for s in plan["sweeps"][f"k{k}"]["gold_slots_1_based"]]
+        part = Path(a.workdir) / "sweeps" / f"{arm.replace(':', '_')}-seed{seed}-{label}.partial.jsonl"
+        part.parent.mkdir(parents=True, exist_ok=True)
+        res = position_sweep(gen, rows(key), k=k, slots=slots, pool=pool, seed=0, max_new_tokens=16,
+                             generate=key == "evaluation", score=True, partial=part,
+                             permutations=permutations if key == "evaluation" else 0)
+        d = res.to_dict()
+        entry = {"summary": d["summary"], "rows": d["rows"], "per_question": d["per_question"],
+                 "per_question_metrics": question_metrics(d["per_question"], k)}
+        rec.setdefault("sweeps", {})[label] = entry
+        write_result(out, result)
+        return entry
+
+    trained_arms = [x for x in plan["arms"] if x != "base"]
+    cord_arms = [x for x in trained_arms if plan["arms"][x]["loss"] == "cord"]
+    for arm in trained_arms:
+        trained(arm, 0)
+    if a.stage == "train":
+        return 0
+    spreads = {arm: float(np.mean([v["spread"] for v in sweep(arm, 0, "selection", 10, 0)
+                                   ["per_question_metrics"].values()])) for arm in cord_arms}
+    result["best_cord"] = min(spreads, key=spreads.get)
+    result["selection_spread"] = spreads
+    write_result(out, result)
+    if a.stage == "select":
+        return 0
+    second = plan["seeds"]["second_round"]
+    for arm in ("shuffle", result["best_cord"]):
+        for seed in second["seeds"]:
+            trained(arm, seed)
+    if a.stage == "seeds":
+        return 0
+    for arm in ["base", *trained_arms]:
+        seeds = [0] + (second["seeds"] if arm in ("shuffle", result["best_cord"]) else [])
+        for seed in seeds:
+            sweep(arm, seed, "evaluation", 10, 5)
+            if arm in ("base", "shuffle", result["best_cord"]):
+                sweep(arm, seed, "evaluation", 20, 0)
+    for v in result["arms"].values():
+        seeds = sorted(int(s) for s, r in v["per_seed"].items() if "evaluation-k10" in r.get("sweeps", {}))
+        v["seeds"] = seeds
+        v["n_questions"] = len(v["per_seed"]["0"]["sweeps"]["evaluation-k10"]["per_question_metrics"]) if seeds else 0
+        for s in seeds:
+            pqm = v["per_seed"][str(s)]["sweeps"]["evaluation-k10"]["per_question_metrics"]
+            v["per_seed"][str(s)]["metrics"] = {m: float(np.nanmean([q[m] for q in pqm.values()])) for m in METRICS}
+    if a.stage == "evaluate":
+        write_result(out, result)
+        return 0
+    names = plan["intervals"]["headline_contrasts"]
+    best_vs_shuffle = f"{result['best_cord']} - shuffle"
+    result["contrasts"] = {"spread": contrasts(result["arms"], names, "spread", "evaluation-k10", a.n_boot)}
+    secondary = names if best_vs_shuffle in names else [*names, best_vs_shuffle]
+    result["contrasts_secondary"] = {m: contrasts(result["arms"], secondary, m, "evaluation-k10", a.n_boot)
+                                     for m in METRICS[1:]}
+    result["decision"] = decide(plan, result)
+    write_result(out, result)
+    logging.info("decision: %s", result["decision"]["verdict"])
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line: ``--config FILE`` and flags, then :func:`run`."""
+    return study_main(build_parser(), run, argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,53 @@
+"""ragkit.eval.harness: a study's settings come from its defaults, a config file and the flags, in that order."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+
+from ragkit.datasets import data_dir
+from ragkit.eval.harness import rel, resolve_recorded, study_config, study_main
+
+
+def _parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--limit", type=int, default=10)
+    ap.add_argument("--data", default=None)
+    ap.add_argument("--out", required=True)
+    return ap
+
+
+def test_flags_override_the_config_which_overrides_the_defaults(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.json"
+    cfg.write_text(json.dumps({"_command": "notes are ignored", "limit": 3, "data": "$RAGKIT_DATA/x.jsonl",
+                               "out": "o.json"}))
+    got = study_main(_parser(), lambda c: c, ["--config", str(cfg)])
+    assert (got["limit"], got["data"], got["out"]) == (3, str(data_dir() / "x.jsonl"), "o.json")
+    got = study_main(_parser(), lambda c: c, ["--config", str(cfg), "--limit", "5"])
+    assert got["limit"] == 5 and got["_argv"] == ["--config", str(cfg), "--limit", "5"]
+
+
+def test_a_bad_config_is_named(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.json"
+    cfg.write_text(json.dumps({"limt": 3}))
+    with pytest.raises(SystemExit):
+        study_main(_parser(), lambda c: c, ["--config", str(cfg), "--out", "o"])
+    with pytest.raises(SystemExit):
+        study_main(_parser(), lambda c: c, ["--config", str(tmp_path / "missing.json"), "--out", "o"])
+
+
+def test_run_config_takes_defaults_and_refuses_unknown_settings() -> None:
+    ns = study_config(_parser(), {"out": "o.json"})
+    assert (ns.limit, ns.data, ns.out, ns._argv) == (10, None, "o.json", ["--out", "o.json"])
+    with pytest.raises(ValueError, match="unknown setting"):
+        study_config(_parser(), {"limt": 1})
+
+
+def test_rel_and_resolve_recorded_are_inverse() -> None:
+    p = data_dir() / "hotpotqa" / "dev.jsonl"
+    assert rel(p) == "$RAGKIT_DATA/hotpotqa/dev.jsonl"
+    assert resolve_recorded(rel(p)) == str(p)
+    assert resolve_recorded("/tmp/x.json") == "/tmp/x.json"

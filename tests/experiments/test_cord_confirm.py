@@ -1,0 +1,63 @@
+"""experiments/cord/confirm.py: the pre-registered plan carried out end to end on a tiny model."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+
+@pytest.fixture(scope="module")
+def study(load_bench) -> ModuleType:
+    return load_bench("confirm")
+
+
+def _small_plan(tmp_path: Path) -> Path:
+    """The committed plan with fewer arms and one extra seed (the structure the script reads is the same)."""
+    plan = json.loads((Path(__file__).parents[2] / "experiments" / "cord" / "plan.json").read_text())
+    plan["arms"] = {k: v for k, v in plan["arms"].items() if k in ("base", "shuffle", "cord", "cord:alpha=1")}
+    plan["seeds"]["second_round"]["seeds"] = [1]
+    plan["intervals"]["headline_contrasts"] = ["shuffle - base", "cord - base", "cord:alpha=1 - base",
+                                               "cord - shuffle", "cord:alpha=1 - shuffle"]
+    p = tmp_path / "plan.json"
+    p.write_text(json.dumps(plan))
+    return p
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("shared_data")
+def test_plan_carried_out_on_a_tiny_model(study: ModuleType, tiny_lm_dir: Path, tmp_path: Path,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RAGKIT_NO_PROGRESS", "1")
+    plan = _small_plan(tmp_path)
+    out = tmp_path / "confirm.json"
+    args = ["--plan", str(plan), "--out", str(out), "--model", str(tiny_lm_dir), "--workdir", str(tmp_path / "w"),
+            "--max-questions", "3", "--max-steps", "1", "--passage-max-tokens", "8", "--n-boot", "200"]
+    with pytest.raises(SystemExit, match="commit the plan"):
+        study.main(args)  # an untracked plan is refused
+    assert study.main([*args, "--allow-uncommitted-plan"]) == 0
+    r = json.loads(out.read_text())
+    assert r["plan"] == {"path": str(plan), "commit": None} and r["smoke"] is True
+    assert r["best_cord"] in ("cord", "cord:alpha=1") and set(r["selection_spread"]) == {"cord", "cord:alpha=1"}
+    arms = r["arms"]
+    assert arms["base"]["seeds"] == [0] and arms["shuffle"]["seeds"] == [0, 1]
+    assert arms[r["best_cord"]]["seeds"] == [0, 1] and all(a["n_questions"] == 3 for a in arms.values())
+    m = arms["shuffle"]["per_seed"]["1"]["metrics"]
+    assert set(m) == {"spread", "mean_logprob", "em", "psr"} and m["spread"] >= 0 and 0 <= m["psr"] <= 1
+    # k = 20 only for base, shuffle and the chosen CORD arm
+    other = ({"cord", "cord:alpha=1"} - {r["best_cord"]}).pop()
+    assert "evaluation-k20" in arms["base"]["per_seed"]["0"]["sweeps"]
+    assert "evaluation-k20" not in arms[other]["per_seed"]["0"]["sweeps"]
+    c = r["contrasts"]["spread"]
+    assert set(c) == {"shuffle - base", "cord - base", "cord:alpha=1 - base", "cord - shuffle",
+                      "cord:alpha=1 - shuffle"}
+    for v in c.values():
+        assert v["lo_bonferroni"] <= v["lo"] <= v["mean"] <= v["hi"] <= v["hi_bonferroni"] and v["p_holm"] >= v["p"]
+    assert r["decision"]["verdict"] in ("adopt BEST_CORD's settings as CORDConfig defaults",
+                                        "keep the paper's defaults; recommend shuffle as the baseline")
+    # a re-run resumes: nothing is trained or swept again
+    calls: list = []
+    monkeypatch.setattr("ragkit.training.cord.train_cord", lambda *a, **k: calls.append(a))
+    assert study.main([*args, "--allow-uncommitted-plan"]) == 0 and calls == []

@@ -1,0 +1,259 @@
+"""Every ``ragkit`` command in README.md runs as written, at a small limit, in a fresh folder.
+
+The convention (``docs/first-hour.md`` repeats it for whoever writes the README):
+
+* An **example** is a line of a fenced ``bash`` block that starts with ``ragkit `` (a line ending
+  in ``\\`` continues on the next; a trailing ``# comment`` is dropped). Other lines (``pip``,
+  ``python3``, ``accelerate launch``) are not run.
+* Examples run **in README order, in one fresh temporary folder** (``<tmp>/work``, beside a
+  ``<tmp>/shared`` link to the data, so ``../shared/data/...`` resolves as it does from a clone),
+  with a fresh ``RAGKIT_CACHE`` and the hub offline. A later example may use what an earlier one
+  wrote (``ragkit distill --labels labels.jsonl`` after ``ragkit distill labels ... --out
+  labels.jsonl``). The files a reader brings are written first: :data:`FIXTURES`
+  (``corpus.jsonl``, ``passages.jsonl``). An absolute ``/tmp/...`` path is moved into the folder;
+  ``> FILE`` writes the command's stdout to ``FILE``; no other shell syntax is understood.
+* Each example runs **small**: ``--limit`` becomes 2 (and is added where the command takes it),
+  ``--max-steps`` becomes 1, ``--epochs`` 1; everything else is as written.
+* ``ragkit serve`` examples are started, pass when ``/health`` answers, and are stopped (on a free
+  port).
+* Not run: a block whose fence is preceded by the line ``<!-- examples: skip REASON -->``; a line
+  ending in ``# examples: skip REASON``; ``--device cuda`` without CUDA; and the lines matching
+  :data:`KNOWN_SKIPS` (each with its reason).
+
+A failing example fails the test with its command, exit status and the tail of its output.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+SHARED = (ROOT / ".." / "shared").resolve()
+
+SMALL_LIMIT = "2"
+SMALL = {"--limit": SMALL_LIMIT, "--max-steps": "1", "--max_steps": "1", "--epochs": "1"}
+"""Flags whose value is replaced so that each example runs in seconds to a few minutes."""
+
+EXAMPLE_TIMEOUT_S = 900
+
+FIXTURES: dict[str, str] = {
+    "corpus.jsonl": "".join(json.dumps(r) + "\n" for r in [
+        {"id": "1", "title": "Arthur's Magazine", "text": "Arthur's Magazine (1844-1846) was an American literary "
+                                                         "periodical published in Philadelphia."},
+        {"id": "2", "title": "First for Women", "text": "First for Women is a woman's magazine published by "
+                                                       "Bauer Media Group in the USA."},
+        {"id": "3", "title": "Red Herring", "text": "Red Herring is a magazine founded in 1993 by Christopher "
+                                                   "Alden, covering technology business."},
+        {"id": "4", "title": "GameFan", "text": "GameFan was a video game magazine published by Metropolis "
+                                               "Publications from 1992 to 2000."},
+        {"id": "5", "title": "Hamlet", "text": "Hamlet is a tragedy written by William Shakespeare."},
+    ]),
+    "passages.jsonl": "".join(json.dumps(r) + "\n" for r in [
+        {"id": "a", "title": "Red Herring", "text": "Red Herring was founded in 1993 by Christopher Alden.",
+         "score": 3.0},
+        {"id": "b", "title": "GameFan", "text": "GameFan was published by Metropolis Publications.", "score": 2.0},
+        {"id": "c", "title": "Paris", "text": "Paris is the capital of France.", "score": 1.0},
+    ]),
+}
+"""Input files a README reader is expected to bring, written into the folder before the examples."""
+
+KNOWN_SKIPS: tuple[tuple[str, str], ...] = (
+    (r"^ragkit serve --reranker student:students/", "serves a student folder the README trains elsewhere"),
+    (r"^ragkit serve --reranker cross-encoder:", "downloads a hub cross-encoder"),
+    (r"^ragkit serve --reranker moi --model http", "needs an LLM server"),
+)
+"""(regex over the example, reason): examples this test cannot run; prefer a skip marker in the README."""
+
+
+@dataclass
+class Example:
+    line: int
+    command: str
+    skip: str | None = None
+
+
+def readme_examples(text: str) -> list[Example]:
+    """The examples of a README text, with the reason each one is skipped (``None``: run it)."""
+    out: list[Example] = []
+    lines = text.splitlines()
+    i = 0
+    block_skip: str | None = None
+    while i < len(lines):
+        stripped = lines[i].strip()
+        m = re.match(r"<!--\s*examples:\s*skip\b\s*(.*?)\s*-->", stripped)
+        if m:
+            block_skip = m.group(1) or "marked skip"
+            i += 1
+            continue
+        if stripped.startswith("```"):
+            lang = stripped[3:].strip()
+            i += 1
+            while i < len(lines) and not lines[i].strip().startswith("```"):
+                start = i
+                cmd = lines[i].rstrip()
+                while cmd.endswith("\\") and i + 1 < len(lines):
+                    i += 1
+                    cmd = cmd[:-1] + " " + lines[i].strip()
+                i += 1
+                if lang not in ("bash", "sh", "shell") or not cmd.strip().startswith("ragkit "):
+                    continue
+                line_skip = re.search(r"#\s*examples:\s*skip\b\s*(.*)$", cmd)
+                cmd_text = _strip_comment(cmd.strip())
+                skip = block_skip or (line_skip and (line_skip.group(1).strip() or "marked skip"))
+                if not skip:
+                    skip = next((why for pat, why in KNOWN_SKIPS if re.search(pat, cmd_text)), None)
+                out.append(Example(start + 1, cmd_text, skip or None))
+            block_skip = None
+        elif stripped:
+            block_skip = block_skip if stripped.startswith("<!--") else None
+        i += 1
+    return out
+
+
+def _strip_comment(cmd: str) -> str:
+    """Drop a trailing ``# comment`` (outside quotes)."""
+    lexer = shlex.shlex(cmd, posix=True, punctuation_chars=False)
+    lexer.whitespace_split = True
+    lexer.commenters = "#"
+    return shlex.join(list(lexer))
+
+
+def _accepted_flags(argv: list[str]) -> set[str]:
+    """Option strings of the (sub-)command ``argv`` names."""
+    import argparse
+
+    from ragkit.cli import build_parser
+
+    parser = build_parser()
+    for tok in argv:
+        if tok.startswith("-"):
+            break
+        sub = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+        if sub is None or tok not in sub.choices:
+            break
+        parser = sub.choices[tok]
+    if hasattr(parser, "config_class"):
+        parser.config_class()
+    return set(parser._option_string_actions)
+
+
+def small(argv: list[str], folder: Path) -> list[str]:
+    """``argv`` at the small limit, with ``/tmp/...`` paths moved into ``folder``."""
+    out = [str(folder / a[len("/tmp/"):]) if a.startswith("/tmp/") else a for a in argv]
+    for i, a in enumerate(out[:-1]):
+        if a in SMALL:
+            out[i + 1] = SMALL[a]
+    out = [f"{a.split('=')[0]}={SMALL[a.split('=')[0]]}" if "=" in a and a.split("=")[0] in SMALL else a
+           for a in out]
+    if "--limit" not in out and not any(a.startswith("--limit=") for a in out) \
+            and "--limit" in _accepted_flags(out):
+        out += ["--limit", SMALL_LIMIT]
+    return out
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _serve(argv: list[str], env: dict[str, str], cwd: Path) -> tuple[int, str]:
+    port = _free_port()
+    argv = list(argv)
+    if "--port" in argv:
+        argv[argv.index("--port") + 1] = str(port)
+    else:
+        argv += ["--port", str(port)]
+    proc = subprocess.Popen([sys.executable, "-m", "ragkit.cli", *argv], cwd=cwd, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.time() + 300
+        while time.time() < deadline and proc.poll() is None:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
+                    if r.status == 200:
+                        return 0, ""
+            except OSError:
+                time.sleep(1)
+        return proc.poll() or 1, "no /health answer"
+    finally:
+        proc.terminate()
+        try:
+            out = proc.communicate(timeout=30)[0] or ""
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out = proc.communicate()[0] or ""
+        if proc.returncode not in (0, -15, 143, None):
+            print(out[-2000:])
+
+
+def test_readme_examples_are_found() -> None:
+    """The parser finds the README's commands (a quick check that runs in the default suite)."""
+    examples = readme_examples(README.read_text(encoding="utf-8"))
+    assert any(e.command.startswith("ragkit eval") for e in examples)
+    text = "```bash\nragkit a --x 1   # note\nragkit b \\\n  --y 2\n```\n<!-- examples: skip GPU -->\n```bash\n" \
+           "ragkit c\n```\n```bash\nragkit d  # examples: skip needs a server\n```\n"
+    got = readme_examples(text)
+    assert [(e.command, e.skip) for e in got] == [("ragkit a --x 1", None), ("ragkit b --y 2", None),
+                                                  ("ragkit c", "GPU"), ("ragkit d", "needs a server")]
+
+
+@pytest.mark.slow
+def test_every_readme_example_runs(tmp_path: Path) -> None:
+    """Run each README example at a small limit in a fresh folder; report every failure at once."""
+    import torch
+
+    work = tmp_path / "work"
+    work.mkdir()
+    if SHARED.is_dir():
+        (tmp_path / "shared").symlink_to(SHARED)
+    for name, content in FIXTURES.items():
+        (work / name).write_text(content, encoding="utf-8")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "RAGKIT_CACHE": str(tmp_path / "cache"), "HF_HUB_OFFLINE": "1",
+           "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
+           "RAGKIT_NO_PROGRESS": "1"}
+    failures, ran, skipped = [], [], []
+    for ex in readme_examples(README.read_text(encoding="utf-8")):
+        argv = shlex.split(ex.command)[1:]
+        if ex.skip is None and "cuda" in argv and not torch.cuda.is_available():
+            ex.skip = "needs CUDA"
+        if ex.skip:
+            skipped.append(f"README:{ex.line} {ex.command}  ({ex.skip})")
+            continue
+        argv = small(argv, tmp_path)
+        stdout_file = None
+        if ">" in argv:  # `... --json > FILE`: stdout into FILE, as the shell would
+            stdout_file = Path(argv[argv.index(">") + 1])
+            argv = argv[: argv.index(">")]
+        t0 = time.perf_counter()
+        if argv[0] == "serve":
+            rc, out = _serve(argv, env, work)
+        else:
+            try:
+                p = subprocess.run([sys.executable, "-m", "ragkit.cli", *argv], cwd=work, env=env,
+                                   capture_output=True, text=True, timeout=EXAMPLE_TIMEOUT_S)
+                rc, out = p.returncode, (p.stdout + p.stderr)
+                if stdout_file is not None:
+                    stdout_file.parent.mkdir(parents=True, exist_ok=True)
+                    stdout_file.write_text(p.stdout, encoding="utf-8")
+            except subprocess.TimeoutExpired:
+                rc, out = 124, f"timed out after {EXAMPLE_TIMEOUT_S} s"
+        ran.append(f"README:{ex.line} {time.perf_counter() - t0:6.1f} s  rc={rc}  ragkit {shlex.join(argv)}")
+        if rc != 0:
+            failures.append(f"README:{ex.line}: ragkit {shlex.join(argv)} -> exit {rc}\n{out[-1500:]}")
+    print("\n".join(["ran:", *ran, "skipped:", *skipped]))
+    assert ran, "no README example ran"
+    assert not failures, "\n\n".join(failures)
