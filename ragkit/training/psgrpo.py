@@ -662,7 +662,10 @@ def estimate_step_memory(model: Any, rollouts: int, seq_len: int, completion_len
     * rollout KV cache ``2 B S L a_kv (h / a) e``, completion logits ``3 B C V e``, 1 GB of runtime.
 
     The activation constants were fitted to one measurement (SmolLM2-135M, float32, CPU, SDPA
-    attention: 4 rollouts of 716 tokens peaked at 6.2 GB RSS) and are an estimate, not a bound.
+    attention: 4 rollouts of 716 tokens peaked at 6.2 GB RSS) and are an estimate, not a bound:
+    for the README's 16 checkpointed rollouts it gives 5.5 GB where 9.5 GB was measured, so the
+    refusal errs on the side of running; without checkpointing it gives 22.4 GB, where the run was
+    killed at 21.0 GB.
     """
     cfg = getattr(model, "config", model)
     h, layers = int(cfg.hidden_size), int(cfg.num_hidden_layers)
