@@ -33,11 +33,12 @@ import itertools
 import json
 import logging
 import os
+import zlib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from ragkit.io import read_jsonl
+from ragkit.io import parse_json, read_jsonl
 from ragkit.types import Passage, QARecord
 
 __all__ = [
@@ -194,12 +195,18 @@ def _checked_file(path: str | os.PathLike[str], what: str) -> Path:
 
 def _first_record(p: Path) -> dict[str, Any] | None:
     """The first line's record when the file is JSONL (``None``: a JSON document, array or columns)."""
-    with _open_text(p) as f:
-        first = next((ln for ln in itertools.islice(f, 50) if ln.strip()), None)
+    try:
+        with _open_text(p) as f:
+            first = next((ln for ln in itertools.islice(f, 50) if ln.strip()), None)
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{p}: not UTF-8 text ({e.reason}); pass a HotpotQA, MS MARCO or NQ-open data file "
+                         "(JSON or JSONL, gzipped or not)") from None
+    except (EOFError, OSError, zlib.error) as e:
+        raise ValueError(f"{p}: cannot be read ({e}); a damaged or cut-short .gz? download it again") from None
     if first is None:
         raise ValueError(f"{p} is empty; pass a HotpotQA, MS MARCO or NQ-open data file")
     try:
-        obj = json.loads(first)
+        obj = parse_json(first, f"{p}:1")
     except json.JSONDecodeError:
         return None
     return obj if isinstance(obj, dict) and not _is_columnwise(obj) else None
@@ -216,7 +223,9 @@ def _read_rows(path: str | os.PathLike[str], what: str = "data") -> list[dict[st
         return read_jsonl(p)  # gzipped or not, whatever the file is called
     with _open_text(p) as f:
         try:
-            data = json.load(f)
+            data = parse_json(f.read(), p)
+        except UnicodeDecodeError as e:
+            raise ValueError(f"{p}: not UTF-8 text ({e.reason}); pass a JSON or JSONL data file") from None
         except json.JSONDecodeError as e:
             raise ValueError(f"{p}: neither JSONL nor a JSON document ({e.msg} at line {e.lineno}); "
                              "pass one record a line (JSONL) or a JSON array of records") from e

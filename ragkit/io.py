@@ -28,6 +28,7 @@ __all__ = [
     "ARTIFACT_MARKER",
     "TEMP_MARKER",
     "json_digest",
+    "parse_json",
     "remove_stale_temps",
     "read_appended_jsonl",
     "exclusive_lock",
@@ -170,6 +171,17 @@ def json_digest(obj: Any, skip: str = "") -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+def parse_json(text: str | bytes, where: str | os.PathLike[str]) -> Any:
+    """``json.loads(text)``; a document nested deeper than the parser can follow (e.g. 100,000 ``[``)
+    raises ``ValueError`` naming ``where`` instead of a bare ``RecursionError`` ("maximum recursion
+    depth exceeded"). Invalid JSON raises ``json.JSONDecodeError`` as ``json.loads`` does."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError(f"{where}: the JSON is nested too deeply to read (thousands of levels of [ or {{); "
+                         "it is damaged or not a ragkit input: pass the right file") from None
+
+
 def _sha256_file(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -199,7 +211,7 @@ def _read_json_file(path: Path) -> Any:
     try:
         if path.is_symlink() or not path.is_file():
             return None
-        return json.loads(path.read_text(encoding="utf-8"))
+        return parse_json(path.read_text(encoding="utf-8"), path)
     except (OSError, ValueError):
         return None
 
@@ -280,7 +292,7 @@ def artifact_kind(path: str | os.PathLike[str]) -> str | None:
     marker = path / ARTIFACT_MARKER
     if marker.is_file():
         try:
-            kind = json.loads(marker.read_text(encoding="utf-8")).get("kind")
+            kind = parse_json(marker.read_text(encoding="utf-8"), marker).get("kind")
         except (OSError, ValueError, AttributeError):
             return None
         return kind if isinstance(kind, str) else None
@@ -568,7 +580,7 @@ def iter_jsonl(path: str | os.PathLike[str]) -> Iterator[tuple[int, dict[str, An
         if not line:
             continue
         try:
-            row = json.loads(line)
+            row = parse_json(line, f"{path}:{i}")
         except json.JSONDecodeError as e:
             raise ValueError(f"{path}:{i}: not valid JSON ({e.msg}); fix or remove that line") from e
         if not isinstance(row, dict):
@@ -615,14 +627,14 @@ def read_appended_jsonl(path: str | os.PathLike[str], with_lines: bool = False) 
         if not text:
             continue
         try:
-            row = json.loads(text.decode("utf-8"))
-        except (ValueError, UnicodeDecodeError) as e:
+            row = parse_json(text.decode("utf-8"), f"{path}:{i}")
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise ValueError(f"{path}:{i}: not valid JSON ({e}); this is damage inside the file, "
                              "not a torn last line: fix or remove that line") from e
         out.append((i, row) if with_lines else row)
     if tail.strip():
         try:
-            row = json.loads(tail.strip().decode("utf-8"))
+            row = parse_json(tail.strip().decode("utf-8"), f"{path}:{len(body) + 1}")
         except (ValueError, UnicodeDecodeError):
             good_end = len(data) - len(tail)
             logging.getLogger(__name__).warning(

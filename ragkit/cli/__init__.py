@@ -90,6 +90,13 @@ def build_parser() -> argparse.ArgumentParser:
 def _check_device(args: argparse.Namespace) -> None:
     """``--device cuda`` on a machine without CUDA: say so before any model loads."""
     dev = str(getattr(args, "device", "") or "")
+    if dev and dev != "auto":
+        import torch
+
+        try:
+            torch.device(dev)
+        except (RuntimeError, ValueError):
+            raise RagkitError(f"--device {dev[:40]!r} is not a device; use auto, cpu, cuda, cuda:N or mps") from None
     if dev.startswith("cuda"):
         import torch
 
@@ -121,9 +128,32 @@ def _check_models(args: argparse.Namespace) -> None:
 
     for attr, kind in (("model", "generator"), ("embedder", "embedder")):
         name = getattr(args, attr, None)
+        if isinstance(name, str) and name:
+            _check_url(f"--{attr}", name)
         # hub ids only: a local path is checked where it loads, after the command's own argument checks
         if isinstance(name, str) and name and looks_like_hub_id(name) and not os.path.exists(name):
             check_model_available(name, kind=kind)
+
+
+def _check_url(flag: str, name: str) -> None:
+    """A served model's URL (``http://host:port/v1``) with no host or a port outside 1-65535 is named
+    here, not after five connection retries or as an internal ``InvalidURL``; credentials are masked."""
+    from urllib.parse import urlsplit
+
+    from ragkit.io import redact_url
+
+    if not name.lower().startswith(("http://", "https://")):
+        return
+    example = "e.g. http://127.0.0.1:8000/v1"
+    try:
+        parts = urlsplit(name)
+        port = parts.port
+    except ValueError as e:
+        raise RagkitError(f"{flag} {redact_url(name)}: not a valid URL ({e}); a port is 1-65535, {example}") from None
+    if not parts.hostname:
+        raise RagkitError(f"{flag} {redact_url(name)}: the URL names no host; {example}")
+    if port == 0:
+        raise RagkitError(f"{flag} {redact_url(name)}: port 0 cannot be connected to; a port is 1-65535, {example}")
 
 
 _LOCKED_COMMANDS = ("index", "eval", "distill", "train", "bias-profile")

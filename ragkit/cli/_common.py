@@ -26,19 +26,53 @@ __all__ = [
     "positive_int",
     "positive_float",
     "non_negative_int",
+    "int_between",
+    "float_between",
+    "seed_int",
     "emit",
     "set_requirements",
 ]
 
 
-def _int_at_least(s: str, lo: int) -> int:
+MAX_COUNT = 2**31 - 1
+"""Largest count a flag takes: beyond it NumPy, torch and the tokenizers overflow ("cannot convert",
+"Maximum allowed dimension exceeded") deep inside a run instead of naming the flag."""
+MAX_SEED = 2**32 - 1
+"""Seeds are 0..2**32-1 (NumPy's and torch's common range)."""
+
+
+def _shown(s: str) -> str:
+    """``s`` for an error message: a 5,000-digit argument is shortened, not echoed whole."""
+    return repr(s) if len(s) <= 40 else repr(s[:20]) + f"... ({len(s):,} characters)"
+
+
+def _int_between(s: str, lo: int, hi: int = MAX_COUNT) -> int:
     try:
         v = int(s)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {s!r}") from e
+    except ValueError as e:  # also a number of over 4,300 digits (Python's int-parsing limit)
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {_shown(s)}") from e
     if v < lo:
         raise argparse.ArgumentTypeError(f"must be >= {lo}, got {v}")
+    if v > hi:
+        raise argparse.ArgumentTypeError(f"must be at most {hi:,}, got {_shown(s)}")
     return v
+
+
+def _int_at_least(s: str, lo: int) -> int:
+    return _int_between(s, lo)
+
+
+def int_between(lo: int, hi: int) -> Any:
+    """``argparse`` type factory: a whole number in ``[lo, hi]`` (the error names the range)."""
+    def parse(s: str) -> int:
+        return _int_between(s, lo, hi)
+    parse.__name__ = f"int_{lo}_{hi}"
+    return parse
+
+
+def seed_int(s: str) -> int:
+    """``argparse`` type: a seed, 0..2**32-1 (``-1`` and 30-digit seeds are refused by name, not by NumPy)."""
+    return _int_between(s, 0, MAX_SEED)
 
 
 def positive_int(s: str) -> int:
@@ -46,16 +80,27 @@ def positive_int(s: str) -> int:
     return _int_at_least(s, 1)
 
 
-def _float_above(s: str, low: float, strict: bool) -> float:
+def _float_above(s: str, low: float, strict: bool, high: float | None = None) -> float:
     import math
 
     try:
         v = float(s)
     except ValueError as e:
-        raise argparse.ArgumentTypeError(f"expected a number, got {s!r}") from e
+        raise argparse.ArgumentTypeError(f"expected a number, got {_shown(s)}") from e
     if not math.isfinite(v) or v < low or (strict and v == low):
-        raise argparse.ArgumentTypeError(f"must be a finite number {'>' if strict else '>='} {low:g}, got {s}")
+        raise argparse.ArgumentTypeError(f"must be a finite number {'>' if strict else '>='} {low:g}, got {_shown(s)}")
+    if high is not None and v > high:
+        raise argparse.ArgumentTypeError(f"must be at most {high:g}, got {_shown(s)}")
     return v
+
+
+def float_between(low: float, high: float, strict: bool = True) -> Any:
+    """``argparse`` type factory: a finite number above ``low`` (``>=`` with ``strict=False``) and at
+    most ``high``."""
+    def parse(s: str) -> float:
+        return _float_above(s, low, strict, high)
+    parse.__name__ = f"float_{low:g}_{high:g}"
+    return parse
 
 
 def positive_float(s: str) -> float:

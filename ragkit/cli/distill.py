@@ -23,8 +23,9 @@ from ragkit.cli._common import (
     add_data_args,
     add_output_args,
     emit,
-    positive_float,
+    float_between,
     positive_int,
+    seed_int,
     set_requirements,
 )
 
@@ -50,14 +51,16 @@ def _add_train_args(p: argparse.ArgumentParser, required: bool) -> None:
                    help="cross-encoder/residual: listwise ListNet (default), pairwise RankNet (or LambdaLoss, "
                         "cross-encoder only); bi-encoder: in-batch negatives + MarginMSE (margin_mse, default) or "
                         "in-batch negatives alone (mnrl)")
-    p.add_argument("--epochs", type=positive_float, default=3.0, help="passes over the labels (default 3)")
+    p.add_argument("--epochs", type=float_between(0.0, 1000.0), default=3.0,
+                   help="passes over the labels, at most 1000 (default 3)")
     p.add_argument("--batch-size", type=positive_int, default=None,
                    help="questions per optimisation step (default 4; bi-encoder: rows per step, default 16)")
-    p.add_argument("--lr", type=positive_float, default=None,
-                   help="AdamW learning rate (default 1e-4; bi-encoder 2e-5)")
+    p.add_argument("--lr", type=float_between(0.0, 10.0), default=None,
+                   help="AdamW learning rate, at most 10 (default 1e-4; bi-encoder 2e-5)")
     p.add_argument("--max-length", type=positive_int, default=256, help="token limit of a (question, passage) pair")
-    p.add_argument("--temperature", type=positive_float, default=1.0, help="target temperature (z-scored u / T)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--temperature", type=float_between(1e-3, 1e3, strict=False), default=1.0,
+                   help="target temperature (z-scored u / T), 0.001-1000 (default 1)")
+    p.add_argument("--seed", type=seed_int, default=0)
     p.add_argument("--device", default="auto")
     add_output_args(p, folder=True, required=required, out_help="folder for the trained student (written atomically)")
 
@@ -105,8 +108,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                      help="dataset files whose passages join the retriever's corpus (HotpotQA: dev.jsonl)")
     lab.add_argument("--profile", default=None, help="position-bias profile JSON (default: flat)")
     lab.add_argument("--batch-queries", type=positive_int, default=4, help="questions per batched MoI call")
-    lab.add_argument("--passage-max-tokens", type=int, default=None, help="truncate each passage in the prompt")
-    lab.add_argument("--passage-tokens", dest="passage_max_tokens", type=int, help=argparse.SUPPRESS)
+    lab.add_argument("--passage-max-tokens", type=positive_int, default=None,
+                     help="truncate each passage in the prompt")
+    lab.add_argument("--passage-tokens", dest="passage_max_tokens", type=positive_int, help=argparse.SUPPRESS)
     lab.add_argument("--no-resume", action="store_true", help="replace --out instead of appending to it")
     lab.add_argument("--device", default="auto")
     add_output_args(lab, required=True, result=False,

@@ -10,13 +10,16 @@ from pathlib import Path
 from typing import Any
 
 from ragkit.cli._common import (
+    MAX_COUNT,
     add_data_args,
     add_k_arg,
     add_model_args,
     add_output_args,
     emit,
+    int_between,
     non_negative_int,
     positive_int,
+    seed_int,
     set_requirements,
 )
 from ragkit.datasets import detect_format
@@ -42,15 +45,19 @@ def _methods(s: str) -> tuple[str, ...]:
 
 def _ints(s: str) -> tuple[int, ...]:
     try:
-        return tuple(int(x) for x in s.split(",") if x.strip())
+        out = tuple(int(x) for x in s.split(",") if x.strip())
     except ValueError as e:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {s!r}") from e
+        raise argparse.ArgumentTypeError(f"expected comma-separated whole numbers, got {s[:80]!r}") from e
+    bad = [v for v in out if not 0 <= v <= MAX_COUNT]
+    if bad:
+        raise argparse.ArgumentTypeError(f"slots are 0-based positions (0 .. k-1), got {str(bad[0])[:40]}")
+    return out
 
 
 def _add_common(p: argparse.ArgumentParser) -> None:
     add_model_args(p)
     p.add_argument("--max-new-tokens", type=positive_int, default=16, help="answer length budget (default 16)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=seed_int, default=0)
 
 
 def default_report_name(args: argparse.Namespace) -> str:
@@ -134,7 +141,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="skip the first N questions before --limit (the corpus still pools every record)")
     p.add_argument("--chunk-size", type=positive_int, default=8,
                    help="questions per run_many call / partial-file append")
-    p.add_argument("--bootstrap", type=positive_int, default=1000, help="bootstrap resamples for 95%% intervals")
+    p.add_argument("--bootstrap", type=int_between(1, 1_000_000), default=1000,
+                   help="bootstrap resamples for 95%% intervals, at most 1,000,000 (default 1000)")
     p.add_argument("--profile", default=None, metavar="FILE",
                    help="position-bias profile JSON for the MoI methods and bias-aware placement (default: the "
                         "model's cached profile from `ragkit bias-profile`, else flat with a warning)")

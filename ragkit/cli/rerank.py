@@ -13,6 +13,7 @@ from ragkit.cli._common import (
     emit,
     non_negative_float,
     positive_int,
+    seed_int,
     set_requirements,
 )
 
@@ -192,7 +193,7 @@ def register(subparsers: Any) -> None:
     add_data_args(b, required=True, limit=20,
                   dataset_help="format of --data-file (default hotpotqa: answers and supporting facts needed)")
     add_k_arg(b, default=10, help="passages per calibration prompt")
-    b.add_argument("--seed", type=int, default=0)
+    b.add_argument("--seed", type=seed_int, default=0)
     b.add_argument("--plot", default=None, help="PNG of the profile")
     b.add_argument("--shrink-z", type=non_negative_float, default=None,
                    help="shrink each slot's effect by this many standard errors over the questions, so that "

@@ -57,6 +57,33 @@ def _find_config(args: Sequence[str]) -> str | None:
     return path
 
 
+def _whole_number(s: str) -> int:
+    """``argparse`` type of the trainers' integer settings: a whole number of magnitude at most 2**31-1
+    (negative values keep their meaning, e.g. ``--max_steps -1``)."""
+    from ragkit.cli._common import MAX_COUNT
+
+    try:
+        v = int(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {s[:40]!r}") from None
+    if abs(v) > MAX_COUNT:
+        raise argparse.ArgumentTypeError(f"must be between -{MAX_COUNT:,} and {MAX_COUNT:,}, got {s[:40]!r}")
+    return v
+
+
+def _finite_number(s: str) -> float:
+    """``argparse`` type of the trainers' float settings: a finite number (``nan``/``inf`` refused)."""
+    import math
+
+    try:
+        v = float(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {s[:40]!r}") from None
+    if not math.isfinite(v):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {s[:40]!r}")
+    return v
+
+
 class ConfigParser(argparse.ArgumentParser):
     """A sub-command parser whose options are the fields of a config dataclass.
 
@@ -102,6 +129,11 @@ class ConfigParser(argparse.ArgumentParser):
         for f in sorted(fields, key=lambda f: (f.name not in own, own.get(f.name, 0))):  # the method's first
             f.type = hints[f.name]
             HfArgumentParser._parse_dataclass_field(groups[f.name in own], f)
+        for act in self._actions:  # plain int/float fields: a 30-digit or non-finite value is named here,
+            if act.type is int:    # not as an islice/overflow error deep inside the trainer
+                act.type = _whole_number
+            elif act.type is float:
+                act.type = _finite_number
         self._add_legacy()
         self._config_cls = cls
         return cls
@@ -127,6 +159,9 @@ class ConfigParser(argparse.ArgumentParser):
             check_known_keys(self.config_class(), values.keys(), source=path)
         except (ValueError, FileNotFoundError) as e:
             self.error(str(e))
+        except RecursionError:
+            self.error(f"{path}: nested too deeply to read (thousands of levels); a config file is a flat mapping "
+                       "of setting: value")
         for key, value in values.items():
             # every option writing this field (e.g. --merge_lora and --no_merge_lora) gets the file's value
             acts = [a for a in self._actions

@@ -505,9 +505,14 @@ class PositionProfile:
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> PositionProfile:
         """Read a profile written by :meth:`save`."""
+        from ragkit.io import parse_json
+
+        if Path(path).is_dir():
+            raise IsADirectoryError(f"{path} is a folder; pass a position profile JSON file (written by "
+                                    "`ragkit bias-profile --out FILE`)")
         try:
             with open(path, encoding="utf-8") as f:
-                data = json.load(f)
+                data = parse_json(f.read(), path)
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise ValueError(f"{path} is not a position profile (not JSON: {e}); write one with "
                              "`ragkit bias-profile --out FILE`") from None

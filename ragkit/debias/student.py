@@ -50,7 +50,7 @@ import numpy as np
 from ragkit.debias.calibration import PlattCalibration
 from ragkit.debias.cross_encoder import CrossEncoderReranker
 from ragkit.debias.long_docs import LongDocs
-from ragkit.io import atomic_dir
+from ragkit.io import atomic_dir, parse_json
 from ragkit.types import Passage, Query, RankedList
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -262,7 +262,7 @@ class DistilledReranker(CrossEncoderReranker):
                 "DistilledReranker.from_pretrained(path)"
             )
         try:
-            meta = json.loads(meta_path.read_text(encoding="utf-8"))
+            meta = parse_json(meta_path.read_text(encoding="utf-8"), meta_path)
         except json.JSONDecodeError as e:
             raise ValueError(f"{meta_path} is not valid JSON ({e.msg}); the folder is damaged, retrain") from e
         if meta.get("format") != _META_FORMAT:

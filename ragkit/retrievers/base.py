@@ -43,7 +43,7 @@ from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 
-from ragkit.io import TEMP_MARKER, atomic_dir, iter_jsonl, json_digest, write_json, write_jsonl
+from ragkit.io import TEMP_MARKER, atomic_dir, iter_jsonl, json_digest, parse_json, write_json, write_jsonl
 from ragkit.types import Hit, Passage, Query, RankedList, as_query
 
 logger = logging.getLogger(__name__)
@@ -343,7 +343,7 @@ def read_manifest(path: str | os.PathLike[str], verify: bool = True) -> dict[str
         )
     try:
         index_path(folder, MANIFEST, "its manifest")
-        manifest = json.loads(mpath.read_text(encoding="utf-8"))
+        manifest = parse_json(mpath.read_text(encoding="utf-8"), mpath)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise IndexFormatError(f"{mpath} is not valid JSON ({e}); rebuild the index") from e
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT_NAME:
@@ -717,7 +717,7 @@ class Retriever(ABC):
                 if not line.strip():
                     continue
                 try:
-                    passages.append(Passage.from_dict(json.loads(line)))
+                    passages.append(Passage.from_dict(parse_json(line, f"{PASSAGES}:{lineno}")))
                 except (ValueError, TypeError, AttributeError, KeyError) as e:
                     raise IndexFormatError(
                         f"index {folder} is damaged: {PASSAGES} line {lineno}: {e}; rebuild it"

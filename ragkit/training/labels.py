@@ -283,6 +283,8 @@ def read_labels(path: str | os.PathLike[str]) -> list[LabelRecord]:
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"no such label file: {path}; make one with `ragkit distill labels`")
+    if path.is_dir():
+        raise IsADirectoryError(f"{path} is a folder; pass a label file (JSONL, made by `ragkit distill labels`)")
     if path.suffix == ".gz":  # a committed, compressed label file (read-only: nothing appends to it)
         import gzip
 

@@ -385,6 +385,7 @@ def _mount_clean(sub: str = "") -> Check:
 LM = "{lm}"
 Q = "Which Company published a magazine that was a hybrid video game/film, Red Herring or GameFan?"
 BIG_Q = "magazine " * 12_000  # ~108 KB
+H23 = "9" * 23  # a count of 23 digits
 torn_eval_partial = None  # set below (needs the fingerprint of a real run, made by the previous case)
 
 
@@ -419,6 +420,8 @@ def cases() -> list[Case]:
     add(C("search", "-k 0", ["search", "--query", "x", "-k", "0"], "usage", r">= 1", fast=True))
     add(C("search", "-k -1", ["search", "--query", "x", "-k", "-1"], "usage", r">= 1", fast=True))
     add(C("search", "-k abc", ["search", "--query", "x", "-k", "abc"], "usage", r"whole number", fast=True))
+    add(C("search", "-k of 23 digits", ["search", "--query", "x", "-k", H23], "usage", r"-k/--k: must be at most",
+          fast=True))
     add(C("search", "-k larger than the corpus", ["search", "--index", "{index}", "--query", "magazine", "-k",
                                                    "100000", "--json"], "ok", r'"rank": 1,',
           check=_only_matches))
@@ -624,6 +627,9 @@ def cases() -> list[Case]:
     add(C("index", "--corpus starting with a UTF-8 BOM (read)", ["index", "--corpus", "c.jsonl", "--out", "i",
                                                                  "--quiet"], "ok", r"indexed 3",
           setup=_w("c.jsonl", "\ufeff" + _passages(_plist(3))), fast=True))
+    add(C("index", "--corpus line nested 100,000 levels deep", ["index", "--corpus", "c.jsonl", "--out", "i"], "error",
+          r"c\.jsonl:1: the JSON is nested too deeply", setup=_w("c.jsonl", '{"id": "a", "text": ' + "[" * 100_000
+                                                                  + "]" * 100_000 + "}\n"), fast=True))
     add(C("ask", "empty question", ["ask", "", "--model", LM], "error", r"empty", fast=True))
     add(C("ask", "blank question", ["ask", "   ", "--model", "./no-such"], "error", r"empty", fast=True))
     add(C("ask", "--model missing folder", ["ask", Q, "--model", "./no-such"], "error", r"no such|no-such",
@@ -661,6 +667,15 @@ def cases() -> list[Case]:
           setup=_w("p.json", json.dumps({"weights": [0.1] * 10, "model": "other/Model-70B", "template": "chat"}))))
     add(C("ask", "-k 5000 (more passages than the context holds)", ["ask", Q, "--model", LM, "-k", "5000"], "error",
           r"-k 5000: .*use -k \d+"))
+    add(C("ask", "--model URL with port 99999", ["ask", Q, "--model", "http://127.0.0.1:99999/v1"], "error",
+          r"--model http://127\.0\.0\.1:99999/v1: .*1-65535", fast=True))
+    add(C("ask", "--model URL with a password and a bad port (masked)",
+          ["ask", Q, "--model", "http://user:hunter2@127.0.0.1:99999999/v1"], "error", r"\*\*\*:\*\*\*@127",
+          check=lambda c, f, r: "password shown" if "hunter2" in r.out + r.err else None, fast=True))
+    add(C("ask", "--model URL without a host", ["ask", Q, "--model", "http://"], "error", r"names no host", fast=True))
+    add(C("ask", "--device foo", ["ask", Q, "--device", "foo"], "error", r"--device 'foo' is not a device"))
+    add(C("ask", "--profile nested 100,000 levels deep", ["ask", Q, "--profile", "p.json"], "error",
+          r"p\.json: the JSON is nested too deeply", setup=_w("p.json", "[" * 100_000 + "]" * 100_000), fast=True))
     add(C("ask", "--out is a folder", ["ask", Q, "--out", "project"], "error", r"folder", fast=True))
     add(C("ask", "a 100 KB question", ["ask", BIG_Q, "--model", LM], "error", r"query|question|long|limit"))
     add(C("ask", "tiny model, bundled sample", ["ask", Q, "--model", LM, "--json"], "ok", r'"answer"',
@@ -793,6 +808,11 @@ def cases() -> list[Case]:
     add(C("eval", "a row of the partial file without its metrics", [*ev, "--limit", "2", "--out", "r.json"], "error",
           r"partial\.jsonl:2: the output row lacks \['metrics'\]", setup=_edited_partial(lambda r: r.pop("metrics")),
           may_change=("r.json.partial.jsonl",)))
+    add(C("eval", "--seed -1", ["eval", "--seed", "-1"], "usage", r"--seed: must be >= 0", fast=True))
+    add(C("eval", "--bootstrap of 23 digits", ["eval", "--bootstrap", H23], "usage", r"--bootstrap: must be at most",
+          fast=True))
+    add(C("eval", "--data-file a PNG", [*ev, "--data-file", "x.png", "--limit", "1"], "error", r"x\.png: not UTF-8",
+          setup=_w("x.png", b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4)))
     add(C("eval", "--out on a full disk", [*ev, "--limit", "1", "--out", "{full}/r.json"], "error",
           r"space|r\.json", needs="full", check=_mount_clean()))
     add(C("eval", "--out /dev/full", [*ev, "--limit", "1", "--out", "/dev/full"], "error",
@@ -847,6 +867,13 @@ def cases() -> list[Case]:
     # -- train
     add(C("train", "cord without --output_dir", ["train", "cord", "--data_file", "{hotpot}"], "error",
           r"output_dir", fast=True))
+    add(C("train", "cord --config nested 5,000 levels deep", ["train", "cord", "--config", "c.yaml"], "usage",
+          r"c\.yaml: nested too deeply", setup=_w("c.yaml", "a: " + "[" * 5000 + "]" * 5000 + "\n")))
+    add(C("train", "cord --learning_rate nan", ["train", "cord", "--learning_rate", "nan"], "usage",
+          r"must be a finite number"))
+    add(C("train", "cord --per_device_train_batch_size of 23 digits", ["train", "cord",
+                                                                       "--per_device_train_batch_size", H23],
+          "usage", r"must be between"))
     add(C("train", "cord --output_dir is a file", ["train", "cord", "--data_file", "{hotpot}", "--output_dir",
                                                    "notes.txt", "--model", LM], "error", r"notes.txt"))
     add(C("train", "cord --output_dir the project folder", ["train", "cord", "--data_file", "{hotpot}",
@@ -921,6 +948,11 @@ def cases() -> list[Case]:
           r"'u' must be a list of numbers", setup=_w("n.jsonl", json.dumps(
               {"qid": "a", "question": "q", "passage_ids": ["x", "y"], "texts": ["a", "b"],
                "u": [True, False]}) + "\n")))
+    add(C("distill", "--epochs 1e308 (would never end)", ["distill", "--labels", "{labels}", "--out", "s", "--epochs",
+                                                           "1e308"], "usage", r"--epochs: must be at most 1000",
+          fast=True))
+    add(C("distill", "--temperature 1e-320", ["distill", "--labels", "{labels}", "--out", "s", "--temperature",
+                                              "1e-320"], "usage", r"--temperature: must be", fast=True))
     add(C("distill", "--out the project folder", ["distill", "--labels", "{labels}", "--out", "project"], "error",
           r"project|other files|--overwrite", fast=True))
     add(C("distill", "--out a user's file", ["distill", "--labels", "{labels}", "--out", "notes.txt"], "error",
@@ -1218,6 +1250,14 @@ def write_markdown(results: list[Result], path: Path, wall: float) -> None:
         "that fits; a student folder whose config does not match its weights, whose weights are cut short, or"
         " whose files link out of the folder is refused (see the `index`, `eval`, `distill` and `ask` rows "
         "and `tests/robustness/test_hardening_data.py`)",
+        "- CLI errors name the input and the fix, never an internal exception: counts are whole numbers up to"
+        " 2,147,483,647 (seeds 0-4,294,967,295, `--bootstrap` up to 1,000,000, `distill --epochs` up to 1000,"
+        " `--temperature` 0.001-1000), a 5,000-digit number is shortened in the message; the trainers' int "
+        "and float settings are range-checked and finite; JSON, JSONL and YAML inputs nested thousands of "
+        "levels deep name their file (no `maximum recursion depth exceeded`); a `--model http://...` URL "
+        "without a host or with a port outside 1-65535 is refused before any connection, its password masked;"
+        " `--device foo` and a data file that is not text are named (see "
+        "`tests/robustness/test_hardening_data.py::test_cli_errors_name_the_input_and_the_fix`)",
         f"- wall time: {wall:.0f} s",
         "",
         "| # | group | input | command | expected | outcome | pass |",

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -477,3 +478,70 @@ def test_student_weights_linked_from_outside_are_refused(student_dir: Path, tmp_
         DistilledReranker.load(d, device="cpu")
     with pytest.raises(ValueError, match=r"symbolic link"):
         DistilledReranker.from_pretrained(d, device="cpu")
+
+
+# ----------------------------------------------------------------------------- CLI errors that named no input
+_H = "9" * 23  # a 23-digit count
+_Q = "Which magazine was published first?"
+
+
+@pytest.fixture(scope="module")
+def bad_files(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    d = tmp_path_factory.mktemp("bad-inputs")
+    (d / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
+    (d / "deep.jsonl").write_text('{"id": "a", "text": ' + "[" * 100_000 + "]" * 100_000 + "}\n")
+    (d / "deep.yaml").write_text("a: " + "[" * 5000 + "]" * 5000 + "\n")
+    (d / "png.png").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4)
+    (d / "l.jsonl").write_text(json.dumps(_GOOD_LABEL) + "\n")
+    return d
+
+
+CLI_ERRORS = [
+    # (argv, exit status, what the message must say)
+    (["search", "--query", "x", "-k", _H], 2, r"-k/--k: must be at most 2,147,483,647"),
+    (["search", "--query", "x", "-k", "9" * 5000], 2, r"expected a whole number, got '9+'\.\.\. \(5,000 characters\)"),
+    (["eval", "--seed", "-1"], 2, r"--seed: must be >= 0, got -1"),
+    (["eval", "--seed", _H], 2, r"--seed: must be at most 4,294,967,295"),
+    (["eval", "--bootstrap", _H], 2, r"--bootstrap: must be at most 1,000,000"),
+    (["eval", "sweep", "--slots", "0,-1"], 2, r"--slots: slots are 0-based positions"),
+    (["distill", "--labels", "{d}/l.jsonl", "--out", "s", "--epochs", "1e308"], 2, r"--epochs: must be at most 1000"),
+    (["distill", "--labels", "{d}/l.jsonl", "--out", "s", "--temperature", "1e-320"], 2, r"--temperature: must be"),
+    (["distill", "--labels", "{d}/l.jsonl", "--out", "s", "--seed", _H], 2, r"--seed: must be at most"),
+    (["distill", "--labels", "{d}", "--out", "s"], 1, r"is a folder; pass a label file"),
+    (["distill", "--labels", "{d}/deep.jsonl", "--out", "s"], 1, r"deep\.jsonl:1: the JSON is nested too deeply"),
+    (["ask", _Q, "--model", "http://127.0.0.1:99999/v1"], 1, r"--model http://127\.0\.0\.1:99999/v1: .*1-65535"),
+    (["ask", _Q, "--model", "http://"], 1, r"--model http://: the URL names no host"),
+    (["ask", _Q, "--model", "http://user:secret@127.0.0.1:99999999/v1"], 1, r"--model http://\*\*\*:\*\*\*@127"),
+    (["ask", _Q, "--model", "http://[::1/v1"], 1, r"not a valid URL \(Invalid IPv6 URL\)"),
+    (["ask", _Q, "--device", "foo"], 1, r"--device 'foo' is not a device; use auto, cpu, cuda"),
+    (["ask", _Q, "--profile", "{d}/deep.json"], 1, r"deep\.json: the JSON is nested too deeply"),
+    (["index", "--corpus", "{d}/deep.jsonl", "--out", "{d}/i"], 1, r"deep\.jsonl:1: the JSON is nested too deeply"),
+    (["rerank", "--query", _Q, "--passages", "{d}/deep.jsonl", "--reranker", "none"], 1, r"nested too deeply"),
+    (["train", "cord", "--config", "{d}/deep.yaml"], 2, r"deep\.yaml: nested too deeply"),
+    (["train", "cord", "--learning_rate", "nan"], 2, r"--learning_rate.*must be a finite number, got 'nan'"),
+    (["train", "cord", "--per_device_train_batch_size", _H], 2, r"--per_device_train_batch_size.*must be between"),
+]
+
+
+@pytest.mark.parametrize("argv, rc, match", CLI_ERRORS, ids=[" ".join(a[:1] + a[-2:])[:60] for a, _, _ in CLI_ERRORS])
+def test_cli_errors_name_the_input_and_the_fix(bad_files: Path, capsys, argv: list[str], rc: int, match: str) -> None:
+    """Each was an internal exception (OverflowError, InvalidURL, RecursionError, "an unexpected error"), a
+    retried connection, or a training run that would not end; now one line names the flag or file."""
+    from ragkit.cli import main
+
+    args = [a.replace("{d}", str(bad_files)) for a in argv]
+    assert main(["--quiet", *args]) == rc
+    err = capsys.readouterr().err
+    assert re.search(match, err), err[-500:]
+    assert "unexpected error" not in err and "Traceback" not in err and "secret" not in err
+
+
+def test_data_file_that_is_not_text_is_named(bad_files: Path, tiny_lm_dir: Path, capsys) -> None:
+    from ragkit.cli import main
+
+    assert main(["--quiet", "eval", "--model", str(tiny_lm_dir), "--data-file", str(bad_files / "png.png"),
+                 "--limit", "1", "--out", str(bad_files / "e.json")]) == 1
+    assert re.search(r"png\.png: not UTF-8 text .*data file", capsys.readouterr().err)
+    assert main(["--quiet", "eval", "--model", str(tiny_lm_dir), "--data-file", str(bad_files / "deep.json"),
+                 "--limit", "1", "--out", str(bad_files / "e.json")]) == 1
+    assert "nested too deeply" in capsys.readouterr().err
