@@ -164,6 +164,11 @@ def small(argv: list[str], folder: Path) -> list[str]:
     return out
 
 
+def _expand(arg: str, env: dict[str, str]) -> str:
+    """``$NAME`` / ``${NAME}`` replaced from ``env``, as the shell would (the README writes ``$RAGKIT_DATA``)."""
+    return re.sub(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?", lambda m: env.get(m.group(1), m.group(0)), arg)
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -222,7 +227,10 @@ def test_every_readme_example_runs(tmp_path: Path) -> None:
         (tmp_path / "shared").symlink_to(SHARED)
     for name, content in FIXTURES.items():
         (work / name).write_text(content, encoding="utf-8")
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "RAGKIT_CACHE": str(tmp_path / "cache"), "HF_HUB_OFFLINE": "1",
+    from ragkit.datasets import data_dir
+
+    env = {**os.environ, "RAGKIT_DATA": str(data_dir()), "PYTHONPATH": str(ROOT),
+           "RAGKIT_CACHE": str(tmp_path / "cache"), "HF_HUB_OFFLINE": "1",
            "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
            "RAGKIT_NO_PROGRESS": "1"}
     failures, ran, skipped = [], [], []
@@ -233,7 +241,7 @@ def test_every_readme_example_runs(tmp_path: Path) -> None:
         if ex.skip:
             skipped.append(f"README:{ex.line} {ex.command}  ({ex.skip})")
             continue
-        argv = small(argv, tmp_path)
+        argv = small([_expand(a, env) for a in argv], tmp_path)
         stdout_file = None
         if ">" in argv:  # `... --json > FILE`: stdout into FILE, as the shell would
             stdout_file = Path(argv[argv.index(">") + 1])

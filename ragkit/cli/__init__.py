@@ -130,6 +130,10 @@ def _check_models(args: argparse.Namespace) -> None:
         name = getattr(args, attr, None)
         if isinstance(name, str) and name:
             _check_url(f"--{attr}", name)
+        # an --embedder given with an --index must match the index's own: loading the index says
+        # which embedder built it, the more useful error when the two differ
+        if attr == "embedder" and getattr(args, "index", None):
+            continue
         # hub ids only: a local path is checked where it loads, after the command's own argument checks
         if isinstance(name, str) and name and looks_like_hub_id(name) and not os.path.exists(name):
             check_model_available(name, kind=kind)

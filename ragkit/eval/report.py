@@ -102,11 +102,15 @@ def text_summary(report: Mapping[str, Any], width: int = TERMINAL_WIDTH) -> str:
     agg = report["aggregate"]
     names = list(report["metrics"])
     extra = [m for m in ("mrr@10", "recall@2") if any(m in v for v in agg.values())]
-    header = ["method", *names, *extra, "calls/q", "s/q", "n"]
+    # the cost ledger's prefill, when the run kept one: what a reranker costs beside its calls
+    tokens = any((v.get("cost_per_question") or {}).get("tokens_prefilled") is not None for v in agg.values())
+    header = ["method", *names, *extra, "calls/q", *(["tokens prefilled/q"] if tokens else []), "s/q", "n"]
     rows = [[method, *(format_ci((res.get(n) or {}).get("mean") if isinstance(res.get(n), Mapping)
                                  else res.get(n)) for n in names + extra),
-             f"{res.get('generator_calls_per_question', 0.0):.1f}", f"{res.get('seconds_per_question', 0.0):.2f}",
-             str(res.get("questions", 0))] for method, res in agg.items()]
+             f"{res.get('generator_calls_per_question', 0.0):.1f}",
+             *([f"{(res.get('cost_per_question') or {}).get('tokens_prefilled') or 0.0:.0f}"] if tokens else []),
+             f"{res.get('seconds_per_question', 0.0):.2f}", str(res.get("questions", 0))]
+            for method, res in agg.items()]
     out = text_table(header, rows, width)
     paired = report.get("paired") or {}
     if paired:
