@@ -19,7 +19,13 @@ Paraphrasers
     "Do you know ...", "Can you tell me ..."), contractions and their expansions.
 :class:`LLMParaphraser`
     One batched, sampled ``Generator.generate`` call with a few-shot rewrite prompt; outputs
-    are cleaned and de-duplicated, and the rule paraphraser fills any shortfall.
+    are cleaned, de-duplicated and (optionally) screened by a :class:`RewriteFilter`, further
+    samples are drawn for the questions still short (``tries``), and the rule paraphraser fills
+    any shortfall. :meth:`LLMParaphraser.paraphrase_with_report` returns the rewrites with how
+    each was made (:class:`ParaphraseReport`).
+
+:func:`set_diversity` measures how different a set's wordings are (mean pairwise token Jaccard,
+share of pairs identical after answer normalisation).
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from ragkit.text import normalize_answer
 from ragkit.types import Passage, QARecord, RankedList
 
 
@@ -56,9 +63,14 @@ __all__ = [
     "Paraphraser",
     "RuleParaphraser",
     "LLMParaphraser",
+    "ParaphraseReport",
     "ParaphraseSet",
+    "RewriteFilter",
     "build_paraphrase_sets",
+    "key_terms",
     "paraphrase_key",
+    "set_diversity",
+    "token_jaccard",
 ]
 
 _PUNCT_RE = re.compile(f"[{re.escape(string.punctuation)}]")
@@ -367,21 +379,119 @@ def clean_paraphrase(text: str, original: str, max_ratio: float = 3.0) -> str | 
     return line
 
 
-class LLMParaphraser(Paraphraser):
-    """Paraphrases sampled from a causal LM, with rule-based fill-up.
+def token_jaccard(a: str, b: str) -> float:
+    """``|A ∩ B| / |A ∪ B|`` of the two texts' word sets (words of :func:`paraphrase_key`); 1.0 when both are empty."""
+    ta, tb = set(paraphrase_key(a).split()), set(paraphrase_key(b).split())
+    if not ta and not tb:
+        return 1.0
+    return len(ta & tb) / len(ta | tb)
 
-    All questions are sent in **one** batched ``generator.generate(prompts, n=n_samples,
-    temperature=temperature, seed=seed)`` call with a two-shot rewrite prompt
-    (``n_samples = oversample * n``). Each sample is cleaned (:func:`clean_paraphrase`),
-    de-duplicated against the original and the earlier samples, and the first ``n`` are
-    kept; when fewer than ``n`` survive, :class:`RuleParaphraser` fills the rest.
+
+_CAP_RE = re.compile(r"[A-Z][\w'’.-]*")
+_POSSESSIVE_RE = re.compile(r"['’]s?$")
+_OPENERS = frozenset({*_WH, *_AUX, "in", "on", "at", "for", "of", "to", "by", "from", "the", "a", "an", "do", "does",
+                      "did", "has", "have", "had", "can", "could", "would", "will", "name", "tell", "between"})
+
+
+def key_terms(question: str) -> set[str]:
+    """The words a rewrite must keep to stay on topic: every number and every capitalised name.
+
+    A capitalised word counts as a name unless it opens the question and is a function word
+    ("Which", "In", "The", ...); possessive endings are dropped ("France's" -> "france"). Words are
+    compared as :func:`paraphrase_key` words, so "1,000" keeps "1" and "000".
+    """
+    words = question.split()
+    terms: set[str] = set()
+    for i, w in enumerate(words):
+        if _CAP_RE.match(w) and not (i == 0 and paraphrase_key(w) in _OPENERS):
+            terms.update(paraphrase_key(_POSSESSIVE_RE.sub("", w.rstrip("?.!,;:"))).split())
+    terms.update(t for t in paraphrase_key(question).split() if any(c.isdigit() for c in t))
+    return terms
+
+
+@dataclass(frozen=True)
+class RewriteFilter:
+    """Checks that a sampled rewrite is a real paraphrase of its question.
+
+    A rewrite is rejected as
+
+    * ``"copy"`` when its :func:`token_jaccard` with the original is ``>= max_jaccard`` (a prefix
+      or one swapped word is not a new wording);
+    * ``"off_topic"`` when it drops one of the original's :func:`key_terms` (numbers, names);
+    * ``"leaks_answer"`` when it contains a gold answer (SQuAD-normalised, whole words) that the
+      original does not: the rewrite would answer itself.
+
+    Parameters
+    ----------
+    max_jaccard
+        Rewrites at or above this token overlap with the original are copies.
+    keep_terms
+        Apply the on-topic check.
+    """
+
+    max_jaccard: float = 0.8
+    keep_terms: bool = True
+
+    def reject(self, original: str, rewrite: str, answers: Sequence[str] = ()) -> str | None:
+        """The reason ``rewrite`` fails (``"copy"``, ``"off_topic"``, ``"leaks_answer"``) or ``None`` when it passes."""
+        if token_jaccard(original, rewrite) >= self.max_jaccard:
+            return "copy"
+        if self.keep_terms and not key_terms(original) <= set(paraphrase_key(rewrite).split()):
+            return "off_topic"
+        orig, new = f" {normalize_answer(original)} ", f" {normalize_answer(rewrite)} "
+        for a in answers:
+            na = normalize_answer(a)
+            if na and f" {na} " in new and f" {na} " not in orig:
+                return "leaks_answer"
+        return None
+
+
+@dataclass(frozen=True)
+class ParaphraseReport:
+    """What :meth:`LLMParaphraser.paraphrase_with_report` made, and how.
+
+    Attributes
+    ----------
+    paraphrases
+        ``n`` rewrites per question (the original excluded), sampled ones first.
+    fallback
+        Per question, how many of its rewrites came from the rule fallback (all tries short).
+    tries
+        Per question, the sampling rounds it took (``0`` when ``n == 0``).
+    rejected
+        Per question, rejected samples by reason (``"unusable"`` for :func:`clean_paraphrase`'s
+        rejections and duplicates, else the :class:`RewriteFilter` reason).
+    """
+
+    paraphrases: list[list[str]]
+    fallback: list[int]
+    tries: list[int]
+    rejected: list[dict[str, int]]
+
+    @property
+    def fallback_count(self) -> int:
+        """Rewrites that came from the rule fallback, over all questions."""
+        return int(sum(self.fallback))
+
+
+class LLMParaphraser(Paraphraser):
+    """Paraphrases sampled from a causal LM, optionally filtered, with rule-based fill-up.
+
+    Each sampling round is **one** batched ``generator.generate(prompts, n=n_samples,
+    temperature=temperature, seed=seed + round)`` call with a two-shot rewrite prompt
+    (``n_samples = oversample * n``) over the questions still short of ``n`` rewrites. Each sample
+    is cleaned (:func:`clean_paraphrase`), de-duplicated against the original and the rewrites kept
+    so far, and screened by ``rewrite_filter`` when given; the first ``n`` that pass are kept. After
+    ``tries`` rounds, :class:`RuleParaphraser` fills what is still missing: those that pass the filter
+    first, then the others (the last resort, so a set always has ``n`` rewrites;
+    :class:`ParaphraseReport` counts them).
 
     Parameters
     ----------
     generator
         A ``ragkit.generation.Generator`` (anything with its ``generate`` signature).
     seed
-        Sampling seed (and the rule fallback's seed).
+        Sampling seed of the first round (round ``t`` uses ``seed + t``) and the rule fallback's seed.
     temperature
         Sampling temperature (> 0).
     oversample
@@ -390,6 +500,10 @@ class LLMParaphraser(Paraphraser):
         Length cap of one rewrite.
     prompt
         Prompt format with a ``{q}`` field; must end where the rewrite starts.
+    tries
+        Sampling rounds at most (>= 1).
+    rewrite_filter
+        Screens every cleaned sample (``None``: only :func:`clean_paraphrase`).
     """
 
     name = "llm"
@@ -403,11 +517,15 @@ class LLMParaphraser(Paraphraser):
         max_new_tokens: int = 48,
         prompt: str = _LLM_PROMPT,
         top_p: float = 0.95,
+        tries: int = 1,
+        rewrite_filter: RewriteFilter | None = None,
     ) -> None:
         if temperature <= 0:
             raise ValueError(f"temperature must be > 0 for sampled paraphrases, got {temperature}")
         if oversample < 1:
             raise ValueError(f"oversample must be >= 1, got {oversample}")
+        if tries < 1:
+            raise ValueError(f"tries must be >= 1 sampling round, got {tries}")
         if "{q}" not in prompt:
             raise ValueError("prompt must contain a '{q}' field for the question")
         self.generator = generator
@@ -417,46 +535,92 @@ class LLMParaphraser(Paraphraser):
         self.max_new_tokens = int(max_new_tokens)
         self.prompt = prompt
         self.top_p = float(top_p)
+        self.tries = int(tries)
+        self.rewrite_filter = rewrite_filter
         self.fallback = RuleParaphraser(seed=seed)
-        self.last_fallback_count = 0
 
     def _paraphrase(self, questions: list[str], n: int) -> list[list[str]]:
-        prompts = [self.prompt.format(q=q) for q in questions]
+        return self._report(questions, n, None).paraphrases
+
+    def paraphrase_with_report(self, questions: Sequence[str], n: int,
+                               answers: Sequence[Sequence[str]] | None = None) -> ParaphraseReport:
+        """:meth:`paraphrase` with how each rewrite was made; ``answers`` (gold aliases per question)
+        feed the filter's answer-leak check.
+
+        Raises
+        ------
+        ValueError
+            Bad questions or ``n`` (as :meth:`paraphrase`), or ``answers`` of another length.
+        """
+        qs = _check_inputs(questions, n)
+        if answers is not None and len(answers) != len(qs):
+            raise ValueError(f"answers must hold one list per question: {len(answers)} for {len(qs)} questions")
+        if not qs or n == 0:
+            return ParaphraseReport([[] for _ in qs], [0] * len(qs), [0] * len(qs), [{} for _ in qs])
+        return self._report(qs, int(n), answers)
+
+    def _report(self, questions: list[str], n: int, answers: Sequence[Sequence[str]] | None) -> ParaphraseReport:
         n_samples = max(2, self.oversample * n)
-        samples: Any = self.generator.generate(
-            prompts, max_new_tokens=self.max_new_tokens, stop=["\n"], temperature=self.temperature,
-            n=n_samples, seed=self.seed, top_p=self.top_p,
-        )
-        out: list[list[str]] = []
-        filled = 0
-        for q, outs in zip(questions, samples):
-            if isinstance(outs, str):
-                outs = [outs]
-            seen = {paraphrase_key(q)}
-            kept: list[str] = []
-            for s in outs:
-                c = clean_paraphrase(s, q)
-                if c is not None and paraphrase_key(c) not in seen:
-                    seen.add(paraphrase_key(c))
-                    kept.append(c)
-                if len(kept) == n:
-                    break
-            if len(kept) < n:
-                for c in self.fallback.candidates(q):
-                    if paraphrase_key(c) not in seen:
-                        seen.add(paraphrase_key(c))
-                        kept.append(c)
-                        filled += 1
-                    if len(kept) == n:
+        kept: list[list[str]] = [[] for _ in questions]
+        seen = [{paraphrase_key(q)} for q in questions]
+        rejected: list[dict[str, int]] = [{} for _ in questions]
+        tries = [0] * len(questions)
+        for t in range(self.tries):
+            todo = [i for i in range(len(questions)) if len(kept[i]) < n]
+            if not todo:
+                break
+            samples: Any = self.generator.generate(
+                [self.prompt.format(q=questions[i]) for i in todo], max_new_tokens=self.max_new_tokens, stop=["\n"],
+                temperature=self.temperature, n=n_samples, seed=self.seed + t, top_p=self.top_p,
+            )
+            for i, outs in zip(todo, samples):
+                tries[i] = t + 1
+                for s in [outs] if isinstance(outs, str) else outs:
+                    if len(kept[i]) == n:
                         break
-            if len(kept) < n:
+                    c = clean_paraphrase(s, questions[i])
+                    why = "unusable" if c is None or paraphrase_key(c) in seen[i] else None
+                    if why is None and self.rewrite_filter is not None:
+                        why = self.rewrite_filter.reject(questions[i], c, answers[i] if answers else ())  # type: ignore[arg-type]
+                    if why is not None:
+                        rejected[i][why] = rejected[i].get(why, 0) + 1
+                        continue
+                    seen[i].add(paraphrase_key(c))  # type: ignore[arg-type]
+                    kept[i].append(c)  # type: ignore[arg-type]
+        fallback = [0] * len(questions)
+        for i, q in enumerate(questions):
+            cands = self.fallback.candidates(q)
+            if self.rewrite_filter is not None and len(kept[i]) < n:  # rule rewrites that pass the filter first
+                rf, gold = self.rewrite_filter, answers[i] if answers else ()
+                cands = sorted(cands, key=lambda c: rf.reject(q, c, gold) is not None)
+            for c in cands:
+                if len(kept[i]) == n:
+                    break
+                if paraphrase_key(c) not in seen[i]:
+                    seen[i].add(paraphrase_key(c))
+                    kept[i].append(c)
+                    fallback[i] += 1
+            if len(kept[i]) < n:
                 raise ValueError(f"could not build {n} distinct paraphrases of {q!r}; lower n")
-            out.append(kept)
-        self.last_fallback_count = filled
-        if filled:
+        report = ParaphraseReport(kept, fallback, tries, rejected)
+        if report.fallback_count:
             logger.info("LLMParaphraser: %d of %d paraphrases came from the rule fallback",
-                        filled, n * len(questions))
-        return out
+                        report.fallback_count, n * len(questions))
+        return report
+
+
+def set_diversity(wordings: Sequence[str]) -> dict[str, float]:
+    """How different a set's wordings are: ``{"mean_jaccard", "identical_share"}``.
+
+    ``mean_jaccard`` is the mean :func:`token_jaccard` over the unordered pairs of wordings (lower
+    is more diverse); ``identical_share`` the share of those pairs that are equal after SQuAD answer
+    normalisation (lower case, no punctuation or articles). Both are 0.0 for fewer than two wordings.
+    """
+    pairs = [(a, b) for i, a in enumerate(wordings) for b in wordings[i + 1:]]
+    if not pairs:
+        return {"mean_jaccard": 0.0, "identical_share": 0.0}
+    return {"mean_jaccard": float(np.mean([token_jaccard(a, b) for a, b in pairs])),
+            "identical_share": float(np.mean([normalize_answer(a) == normalize_answer(b) for a, b in pairs]))}
 
 
 # ----------------------------------------------------------------------------- sets

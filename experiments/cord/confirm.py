@@ -26,10 +26,8 @@ recorded). ``--stage`` stops after a stage, ``--max-questions`` cuts every quest
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
-import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -37,23 +35,13 @@ from typing import Any
 import numpy as np
 
 from ragkit.datasets import data_path
-from ragkit.eval.harness import gpu_epilog, rel, study_config, study_main, write_result
-from ragkit.eval.stats import holm, seed_question_bootstrap
+from ragkit.eval.harness import gpu_epilog, pre_registered, rel, study_config, study_main, write_result
+from ragkit.eval.stats import contrast_family
 
 HERE = Path(__file__).resolve().parent
 STAGES = ("train", "select", "seeds", "evaluate", "report")
 #: primary metric first; every one is a per-question value, so arms compare question by question
 METRICS = ("spread", "mean_logprob", "em", "psr")
-
-
-def plan_commit(path: Path) -> str | None:
-    """The last commit that touched ``path``, or ``None`` when it has uncommitted changes or is untracked."""
-    def git(*args: str) -> str:
-        return subprocess.run(["git", *args], cwd=path.parent, capture_output=True, text=True).stdout.strip()
-
-    if git("status", "--porcelain", "--", path.name):
-        return None
-    return git("log", "-1", "--format=%H", "--", path.name) or None
 
 
 def arm_settings(plan: Mapping[str, Any], arm: str) -> dict[str, Any]:
@@ -105,13 +93,7 @@ def contrasts(arms: Mapping[str, Mapping[str, Any]], names: list[str], metric: s
         a, b = (x.strip() for x in name.split(" - "))
         if all(x in arms and k in arms[x].get("per_seed", {}).get("0", {}).get("sweeps", {}) for x in (a, b)):
             pairs[name] = (per_seed_vectors(arms, a, metric, k), per_seed_vectors(arms, b, metric, k))
-    out = {n: seed_question_bootstrap(va, vb, n_boot=n_boot, seed=0) for n, (va, vb) in pairs.items()}
-    if out:
-        adj = holm({n: v["p"] for n, v in out.items()})
-        for n, (va, vb) in pairs.items():
-            wide = seed_question_bootstrap(va, vb, n_boot=n_boot, seed=0, alpha=0.05 / len(out))
-            out[n].update(p_holm=adj[n], lo_bonferroni=wide["lo"], hi_bonferroni=wide["hi"])
-    return out
+    return contrast_family(pairs, n_boot=n_boot, seed=0)
 
 
 def decide(plan: Mapping[str, Any], result: Mapping[str, Any]) -> dict[str, Any]:
@@ -167,20 +149,13 @@ def run(config: Mapping[str, Any]) -> int:
     from ragkit.training.cord import CORDConfig, train_cord
     from ragkit.training.data import load_examples
 
-    plan_path = Path(a.plan).resolve()
-    plan = json.loads(plan_path.read_text())
-    commit = plan_commit(plan_path)
-    if commit is None and not a.allow_uncommitted_plan:
-        raise SystemExit(f"{plan_path} has uncommitted changes or is not tracked: commit the plan before its run")
+    plan, result = pre_registered(a.plan, a.out, a.allow_uncommitted_plan)
     smoke = bool(a.max_questions or a.max_steps or a.allow_uncommitted_plan)
     base = resolve_generator_path(a.model)
     train_file = a.train_file or str(data_path("hotpotqa", "train.jsonl"))
     sweep_file = a.sweep_file or str(data_path("nq_open", "nq-open-oracle.jsonl.gz"))
     out = Path(a.out)
-    result: dict[str, Any] = json.loads(out.read_text()) if out.exists() else {}
-    if result and result.get("plan", {}).get("commit") != commit:
-        raise SystemExit(f"{out} was written under another commit of the plan; pass another --out")
-    result.update(plan={"path": rel(plan_path), "commit": commit}, smoke=smoke, model=rel(base),
+    result.update(smoke=smoke, model=rel(base),
                   config={"max_questions": a.max_questions, "max_steps": a.max_steps,
                           "passage_max_tokens": a.passage_max_tokens, "device": a.device})
     result.setdefault("arms", {})

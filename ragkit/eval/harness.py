@@ -30,6 +30,8 @@ __all__ = [
     "gpu_epilog",
     "machine_info",
     "model_label",
+    "plan_commit",
+    "pre_registered",
     "rel",
     "resolve_recorded",
     "study_config",
@@ -169,6 +171,49 @@ def write_result(path: str | os.PathLike[str], payload: dict[str, Any], device: 
     elif given is not None:
         info["note"] = given
     write_json(path, {**payload, "machine": info})
+
+
+def plan_commit(path: str | os.PathLike[str]) -> str | None:
+    """The last commit that touched a pre-registered plan, or ``None`` when it has uncommitted changes or is untracked.
+
+    A study's JSON names its plan by this commit, so the history shows the plan was committed
+    before the results it governs.
+    """
+    import subprocess
+
+    p = Path(path).resolve()
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=p.parent, capture_output=True, text=True).stdout.strip()
+
+    if git("status", "--porcelain", "--", p.name):
+        return None
+    return git("log", "-1", "--format=%H", "--", p.name) or None
+
+
+def pre_registered(plan: str | os.PathLike[str], out: str | os.PathLike[str],
+                   allow_uncommitted: bool = False) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Open a pre-registered study: ``(plan, result)``, the plan file's JSON and the result to extend.
+
+    ``result`` is what ``out`` holds already (a resumed run), else ``{}``, with ``result["plan"] =
+    {"path", "commit"}`` set (:func:`plan_commit`; the path as :func:`rel` records it).
+
+    Raises
+    ------
+    SystemExit
+        The plan has uncommitted changes or is untracked (unless ``allow_uncommitted``: tests and smoke
+        runs), or ``out`` was written under another commit of the plan.
+    """
+    path = Path(plan).resolve()
+    spec = json.loads(path.read_text(encoding="utf-8"))
+    commit = plan_commit(path)
+    if commit is None and not allow_uncommitted:
+        raise SystemExit(f"{path} has uncommitted changes or is not tracked: commit the plan before its run")
+    result: dict[str, Any] = json.loads(Path(out).read_text(encoding="utf-8")) if Path(out).exists() else {}
+    if result and result.get("plan", {}).get("commit") != commit:
+        raise SystemExit(f"{out} was written under another commit of the plan; pass another --out")
+    result["plan"] = {"path": rel(path), "commit": commit}
+    return spec, result
 
 
 def rel(path: str | os.PathLike[str] | None) -> str | None:

@@ -21,7 +21,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["bootstrap_ci", "gap_bootstrap", "holm", "paired_ci", "paired_p_value", "seed_question_bootstrap"]
+__all__ = ["bootstrap_ci", "contrast_family", "gap_bootstrap", "holm", "paired_ci", "paired_p_value",
+           "seed_question_bootstrap"]
 
 
 def _boot_means(x: np.ndarray, n_boot: int, seed: int) -> np.ndarray:
@@ -193,3 +194,22 @@ def seed_question_bootstrap(a: Mapping[Any, Sequence[float]], b: Mapping[Any, Se
     return {"mean": point, "lo": float(np.quantile(boots, alpha / 2)), "hi": float(np.quantile(boots, 1 - alpha / 2)),
             "p": float(min(1.0, max(p, 1.0 / (n_boot + 1)))), "n_questions": int(n_q),
             "n_seeds_a": int(ma.shape[0]), "n_seeds_b": int(mb.shape[0]) if mb is not None else 0}
+
+
+def contrast_family(pairs: Mapping[str, tuple[Mapping[Any, Sequence[float]], Mapping[Any, Sequence[float]]]],
+                    n_boot: int = 2000, seed: int = 0, alpha: float = 0.05) -> dict[str, dict[str, float]]:
+    """A family of paired contrasts, each with its :func:`seed_question_bootstrap` interval, corrected together.
+
+    ``pairs[name] = (a, b)`` holds the two arms' per-seed, per-question scores. Every contrast gets
+    its own ``1 − alpha`` interval (``lo``, ``hi``) and p-value, the Holm-adjusted p-value over the
+    ``m`` contrasts (``p_holm``, :func:`holm`), and the Bonferroni-widened interval at ``1 − alpha/m``
+    (``lo_bonferroni``, ``hi_bonferroni``): simultaneous coverage, so "the corrected interval is
+    above 0" can be read off one contrast.
+    """
+    out = {n: seed_question_bootstrap(a, b, n_boot=n_boot, seed=seed, alpha=alpha) for n, (a, b) in pairs.items()}
+    if out:
+        adj = holm({n: v["p"] for n, v in out.items()})
+        for n, (a, b) in pairs.items():
+            wide = seed_question_bootstrap(a, b, n_boot=n_boot, seed=seed, alpha=alpha / len(out))
+            out[n].update(p_holm=adj[n], lo_bonferroni=wide["lo"], hi_bonferroni=wide["hi"])
+    return out

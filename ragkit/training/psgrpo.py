@@ -4,11 +4,12 @@ Hamman et al., "Improving Consistency in Retrieval-Augmented Systems with Group 
 Rewards", NeurIPS 2025, arXiv 2510.04392. GRPO: Shao et al., "DeepSeekMath", arXiv 2402.03300.
 
 For every paraphrase set (``n`` wordings of one question, :mod:`ragkit.paraphrase`) the policy
-samples ``g`` answers per wording; a rollout's reward is its mean similarity to the rollouts of
-the *other* wordings (:mod:`ragkit.training.rewards`, exact or the unbiased ``kappa``/``s``
-approximation), plus ``w * F1(answer, gold)``. Advantages are normalised within each wording's
-``g`` rollouts, and the policy is updated with the GRPO clipped surrogate plus a KL penalty to
-the frozen reference::
+samples ``g`` answers per wording; a rollout's reward is ``c`` times its mean similarity to the
+rollouts of the *other* wordings (:mod:`ragkit.training.rewards`, exact or the unbiased
+``kappa``/``s`` approximation), plus ``w * F1(answer, gold)`` (``c = 1`` by default; ``c = 0``,
+``w > 0`` is GRPO with the accuracy reward alone, the baseline for the consistency term).
+Advantages are normalised within each wording's ``g`` rollouts, and the policy is updated with
+the GRPO clipped surrogate plus a KL penalty to the frozen reference::
 
     A_ij  = (r_ij - mean_j' r_ij') / (std_j' r_ij' + 1e-4)
     L     = -1/|y| sum_t [ min(rho_t A_ij, clip(rho_t, 1-eps, 1+eps) A_ij) - beta * k3_t ]
@@ -96,6 +97,7 @@ __all__ = [
     "PSGRPOTrainer",
     "ParaphraseSetReward",
     "ParaphraseSetSampler",
+    "RewardBreakdown",
     "build_grpo_dataset",
     "build_training_sets",
     "check_step_memory",
@@ -235,8 +237,41 @@ class ParaphraseSetSampler(Sampler[int]):
 
 
 # ----------------------------------------------------------------------------- reward
+@dataclass(frozen=True)
+class RewardBreakdown:
+    """What :meth:`ParaphraseSetReward.score` computed for one generation batch.
+
+    Attributes
+    ----------
+    rewards
+        One reward per completion, in the batch's order.
+    consistency
+        Mean group similarity over the complete sets (NaN when none): the consistency term before
+        its weight, so a run with ``consistency_weight = 0`` still shows how much its answers agree.
+    gold_f1
+        Mean F1 of the answers to their gold answers.
+    empty_rate
+        Share of empty answers.
+    comparisons
+        Similarity evaluations made.
+    incomplete
+        Sets that arrived incomplete (scored by the gold term only).
+    """
+
+    rewards: list[float]
+    consistency: float
+    gold_f1: float
+    empty_rate: float
+    comparisons: int
+    incomplete: int
+
+    def metrics(self) -> dict[str, float]:
+        """The per-batch diagnostics logged as ``psgrpo/<name>``."""
+        return {"consistency": self.consistency, "gold_f1": self.gold_f1, "empty_rate": self.empty_rate}
+
+
 class ParaphraseSetReward:
-    """TRL reward function: group similarity within each ``set_id`` (+ ``w`` gold F1).
+    """TRL reward function: ``c`` × group similarity within each ``set_id`` + ``w`` × gold F1.
 
     Called by ``GRPOTrainer`` with the completions of one generation batch (per process) and
     the dataset columns ``set_id``, ``member`` and ``answers`` as aligned lists. Completions are
@@ -244,7 +279,9 @@ class ParaphraseSetReward:
     :func:`~ragkit.training.rewards.group_similarity_rewards` (``kappa=None`` or
     ``kappa >= n-1``) or :func:`~ragkit.training.rewards.approx_group_similarity_rewards`.
     Empty answers never count as agreement (their similarities are 0), so the policy cannot
-    win by saying nothing.
+    win by saying nothing. The reward of rollout ``y`` is ``c * sim(y) + w * F1(y, gold)``;
+    ``c = 0`` with ``w > 0`` is GRPO with the accuracy reward alone (the baseline that isolates
+    what the consistency term adds), ``c = 1`` PS-GRPO.
 
     A set that arrives incomplete (fewer than 2 members, or members with different rollout
     counts) only gets the gold term, and a warning is logged: that means the sampler was
@@ -264,25 +301,32 @@ class ParaphraseSetReward:
         Stop strings used to cut completions (the template's).
     encoder
         Encoder for ``sim="cosine"`` (``None``: embedded MiniLM).
+    consistency_weight
+        ``c`` of the group similarity.
     """
 
     def __init__(self, sim: str = "bleu2", kappa: int | None = 3, s: int = 1, gold_weight: float = 0.5,
                  seed: int = 0, stops: Sequence[str] = ("\n", "Question:", "Passages:"),
-                 encoder: Any = None) -> None:
+                 encoder: Any = None, consistency_weight: float = 1.0) -> None:
+        if consistency_weight < 0 or gold_weight < 0:
+            raise ValueError(f"reward weights must be >= 0, got consistency_weight={consistency_weight}, "
+                             f"gold_weight={gold_weight}")
         self.sim_name = sim if isinstance(sim, str) else getattr(sim, "__name__", "custom")
         self.sim = get_similarity(sim, encoder=encoder)
         self.kappa = kappa
         self.s = int(s)
         self.gold_weight = float(gold_weight)
+        self.consistency_weight = float(consistency_weight)
         self.rng = np.random.default_rng(seed)
         self.stops = tuple(stops)
         self.__name__ = f"psgrpo_{self.sim_name}"
         self.comparisons = 0
         self.calls = 0
-        self.last: dict[str, float] = {}
 
-    def __call__(self, prompts: list[Any], completions: list[Any], set_id: list[str], member: list[int],
-                 answers: list[list[str]] | None = None, **kwargs: Any) -> list[float]:
+    def score(self, completions: Sequence[Any], set_id: Sequence[str], member: Sequence[int],
+              answers: Sequence[Sequence[str]] | None = None) -> RewardBreakdown:
+        """The rewards of one generation batch with their diagnostics (nothing is stored on ``self``
+        except the approximation's random state)."""
         texts = [c if isinstance(c, str) else c[-1]["content"] for c in completions]  # conversational too
         ans = [extract_answer(t, self.stops) for t in texts]  # the one extractor, as evaluation reads answers
         rewards = np.zeros(len(ans))
@@ -292,6 +336,7 @@ class ParaphraseSetReward:
             by_set[str(sid)][int(m)].append(k)
         sims: list[float] = []
         incomplete = 0
+        comparisons = 0
         for mem in by_set.values():
             members = sorted(mem)
             counts = {len(mem[m]) for m in members}
@@ -309,25 +354,34 @@ class ParaphraseSetReward:
             else:
                 r, cnt = approx_group_similarity_rewards(table, kappa=self.kappa, s=self.s, rng=self.rng,
                                                          sim=self.sim)
-            self.comparisons += cnt
+            comparisons += cnt
             sims.append(float(np.mean(r)))
+            r = self.consistency_weight * np.asarray(r, dtype=float)
             if self.gold_weight and gold:
                 r = r + self.gold_weight * gold_f1([y for row in table for y in row], gold).reshape(r.shape)
             for pos, row in zip(positions, r):
                 rewards[pos] = row
-        if incomplete:
+        return RewardBreakdown(
+            rewards=rewards.tolist(), consistency=float(np.mean(sims)) if sims else float("nan"),
+            gold_f1=(float(np.mean([gold_f1([a], list(g or []))[0] for a, g in zip(ans, golds)]))
+                     if ans else float("nan")),
+            empty_rate=float(np.mean([not a for a in ans])) if ans else float("nan"),
+            comparisons=int(comparisons), incomplete=incomplete)
+
+    def __call__(self, prompts: list[Any], completions: list[Any], set_id: list[str], member: list[int],
+                 answers: list[list[str]] | None = None, **kwargs: Any) -> list[float]:
+        b = self.score(completions, set_id, member, answers)
+        if b.incomplete:
             logger.warning("%d paraphrase set(s) arrived incomplete in a batch; they got only the gold reward. "
-                           "Use PSGRPO's ParaphraseSetSampler.", incomplete)
+                           "Use PSGRPO's ParaphraseSetSampler.", b.incomplete)
         self.calls += 1
-        self.last = {"consistency": float(np.mean(sims)) if sims else float("nan"),
-                     "gold_f1": float(np.mean([gold_f1([a], list(g or []))[0] for a, g in zip(ans, golds)])),
-                     "empty_rate": float(np.mean([not a for a in ans]))}
+        self.comparisons += b.comparisons  # the run's total, reported in train_psgrpo's summary
         log_metric = kwargs.get("log_metric")
         if callable(log_metric):
-            for k, v in self.last.items():
+            for k, v in b.metrics().items():
                 if not math.isnan(v):
                     log_metric(f"psgrpo/{k}", v)
-        return rewards.tolist()
+        return b.rewards
 
 
 # ----------------------------------------------------------------------------- config
@@ -400,6 +454,9 @@ class PSGRPOConfig(RagkitConfigMixin, GRPOConfig):
         "Other members drawn per member for the approximate reward; 0 = exact."))
     s: int = field(default=1, metadata=_help("Rollouts drawn per drawn member (approximate reward)."))
     gold_weight: float = field(default=0.5, metadata=_help("Weight w of F1(answer, gold) in the reward."))
+    consistency_weight: float = field(default=1.0, metadata=_help(
+        "Weight c of the group similarity in the reward (0 with gold_weight > 0: GRPO with the accuracy reward "
+        "alone, the baseline that isolates what the consistency term adds)."))
     # -- model
     dtype: str = field(default="auto", metadata=_help(
         "Policy dtype: auto (bf16 on CUDA, fp32 on CPU)|float32|bfloat16|float16."))
@@ -526,6 +583,12 @@ class PSGRPOConfig(RagkitConfigMixin, GRPOConfig):
             raise ValueError(f"need beta >= 0 and epsilon > 0, got beta={self.beta}, epsilon={self.epsilon}")
         if self.kappa < 0:
             raise ValueError(f"kappa must be >= 1, or 0 for the exact reward, got {self.kappa}")
+        if self.consistency_weight < 0 or self.gold_weight < 0:
+            raise ValueError(f"reward weights must be >= 0, got consistency_weight={self.consistency_weight}, "
+                             f"gold_weight={self.gold_weight}")
+        if self.consistency_weight == 0 and self.gold_weight == 0:
+            raise ValueError("consistency_weight and gold_weight are both 0: the reward would always be 0; "
+                             "set gold_weight > 0 (accuracy-only GRPO) or consistency_weight > 0")
         if self.s < 1:
             raise ValueError(f"s must be >= 1, got {self.s}")
         if self.max_steps < 1:
@@ -791,7 +854,8 @@ def train_psgrpo(
                                            bool(config.gradient_checkpointing), bool(config.lora_r),
                                            config.beta > 0), config, seq_len)
     reward = ParaphraseSetReward(sim=similarity or config.reward, kappa=config.kappa or None, s=config.s,
-                                 gold_weight=config.gold_weight, seed=config.seed, stops=tuple(gen.template.stop))
+                                 gold_weight=config.gold_weight, seed=config.seed, stops=tuple(gen.template.stop),
+                                 consistency_weight=config.consistency_weight)
     write_json(out / "psgrpo_settings.json", settings)
     trainer = make_trainer(policy, tok, dataset, config, reward, settings=settings)
     t0 = time.perf_counter()

@@ -8,10 +8,14 @@ from ragkit.datasets import sample_records
 from ragkit.paraphrase import (
     LLMParaphraser,
     ParaphraseSet,
+    RewriteFilter,
     RuleParaphraser,
     build_paraphrase_sets,
     clean_paraphrase,
+    key_terms,
     paraphrase_key,
+    set_diversity,
+    token_jaccard,
 )
 
 QUESTIONS = [
@@ -73,6 +77,63 @@ def test_llm_paraphraser_with_tiny_model_fills_up(tiny_lm_dir) -> None:
     for q, ps in zip(QUESTIONS, out):
         assert len({paraphrase_key(x) for x in ps}) == 3
         assert paraphrase_key(q) not in {paraphrase_key(x) for x in ps}
+    rep = p.paraphrase_with_report(QUESTIONS[:2], 3)
+    assert rep.paraphrases == out and len(rep.fallback) == 2 and rep.fallback_count == sum(rep.fallback)
+    assert not hasattr(p, "last_fallback_count")  # how rewrites were made is returned, not left on the object
+
+
+def test_rewrite_filter_terms_and_diversity() -> None:
+    q = "Which magazine was started first, Arthur's Magazine or First for Women in 1844?"
+    assert key_terms(q) == {"arthur", "magazine", "first", "women", "1844"}  # the opening "Which" is no name
+    f = RewriteFilter(max_jaccard=0.8)
+    assert f.reject(q, "Tell me: " + q) == "copy"
+    assert token_jaccard(q, "Tell me: " + q) >= 0.8
+    assert f.reject(q, "Of Arthur's Magazine and First for Women, which began earlier?") == "off_topic"  # 1844
+    good = "Of Arthur's Magazine and First for Women, which one began earlier in 1844?"
+    assert f.reject(q, good) is None
+    assert f.reject(q, good, answers=["1844"]) is None  # the original holds it too
+    assert f.reject(q, good.replace("?", ", Arthur's?"), answers=["Arthur's Magazine"]) is None
+    leak = "Was Arthur's Magazine (the answer) or First for Women, of 1844, started first? Arthur's Magazine"
+    assert f.reject("Which came first, Arthur's Magazine or First for Women in 1844?", leak,
+                    answers=["the answer"]) == "leaks_answer"
+    d = set_diversity(["What is it?", "what is it", "Tell me what it is."])
+    assert d["identical_share"] == pytest.approx(1 / 3) and 0 < d["mean_jaccard"] < 1
+    assert set_diversity(["one"]) == {"mean_jaccard": 0.0, "identical_share": 0.0}
+
+
+class ScriptedGenerator:
+    """A text generator that answers every sampling round from a script (round = ``seed``)."""
+
+    def __init__(self, rounds: list[list[str]]) -> None:
+        self.rounds = rounds
+        self.calls: list[int] = []
+
+    def generate(self, prompts, max_new_tokens=48, stop=None, temperature=0.8, n=1, seed=0, top_p=0.95):
+        self.calls.append(len(prompts))
+        return [list(self.rounds[seed]) for _ in prompts]
+
+
+def test_llm_paraphraser_filters_and_retries() -> None:
+    q = "What is the capital of France?"
+    gen = ScriptedGenerator([
+        ["What is the capital of France, please?", "Name the capital of Spain.", "Paris is France's capital city?"],
+        ["Which city serves as France's seat of government?", "What is the capital of France please"],
+        ["France has which city as its capital?"],
+    ])
+    p = LLMParaphraser(gen, seed=0, tries=3, rewrite_filter=RewriteFilter())
+    rep = p.paraphrase_with_report([q], 3, answers=[["Paris"]])
+    assert rep.paraphrases[0][:2] == ["Which city serves as France's seat of government?",
+                                      "France has which city as its capital?"]
+    assert rep.tries == [3] and rep.fallback == [1] and gen.calls == [1, 1, 1]
+    assert RewriteFilter().reject(q, rep.paraphrases[0][2], ["Paris"]) is None  # a rule rewrite that passes, first
+    assert rep.rejected[0] == {"copy": 2, "off_topic": 1, "leaks_answer": 1}
+    # without a filter one round suffices and nothing is rejected but duplicates
+    plain = LLMParaphraser(ScriptedGenerator(gen.rounds), seed=0, tries=3).paraphrase_with_report([q], 3)
+    assert plain.tries == [1] and plain.fallback == [0]
+    with pytest.raises(ValueError, match="tries"):
+        LLMParaphraser(gen, tries=0)
+    with pytest.raises(ValueError, match="one list per question"):
+        p.paraphrase_with_report([q], 2, answers=[])
 
 
 def test_build_sets_generator_level_and_roundtrip() -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from ragkit.datasets import data_dir
-from ragkit.eval.harness import rel, resolve_recorded, study_config, study_main
+from ragkit.eval.harness import plan_commit, pre_registered, rel, resolve_recorded, study_config, study_main
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -51,3 +51,22 @@ def test_rel_and_resolve_recorded_are_inverse() -> None:
     assert rel(p) == "$RAGKIT_DATA/hotpotqa/dev.jsonl"
     assert resolve_recorded(rel(p)) == str(p)
     assert resolve_recorded("/tmp/x.json") == "/tmp/x.json"
+
+
+def test_pre_registered_names_the_plan_commit_and_refuses_a_moved_plan(tmp_path: Path) -> None:
+    import subprocess
+
+    root = Path(__file__).resolve().parents[2]
+    plan = root / "experiments" / "psgrpo" / "plan.json"
+    last = subprocess.run(["git", "log", "-1", "--format=%H", "--", "plan.json"], cwd=plan.parent,
+                          capture_output=True, text=True).stdout.strip()
+    assert plan_commit(plan) == (last or None)
+    untracked = tmp_path / "plan.json"
+    untracked.write_text(json.dumps({"arms": {}}))
+    with pytest.raises(SystemExit, match="commit the plan"):
+        pre_registered(untracked, tmp_path / "out.json")
+    spec, result = pre_registered(untracked, tmp_path / "out.json", allow_uncommitted=True)
+    assert spec == {"arms": {}} and result == {"plan": {"path": str(untracked), "commit": None}}
+    (tmp_path / "out.json").write_text(json.dumps({"plan": {"commit": "0" * 40}, "arms": {"a": 1}}))
+    with pytest.raises(SystemExit, match="another commit of the plan"):
+        pre_registered(untracked, tmp_path / "out.json", allow_uncommitted=True)

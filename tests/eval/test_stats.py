@@ -115,3 +115,20 @@ def test_seed_question_bootstrap_by_hand() -> None:
         seed_question_bootstrap({0: [1.0], 1: [1.0, 2.0]})
     with pytest.raises(ValueError, match="different numbers"):
         seed_question_bootstrap({0: [1.0]}, {0: [1.0, 2.0]})
+
+
+def test_contrast_family_holm_and_bonferroni() -> None:
+    from ragkit.eval.stats import contrast_family, holm, seed_question_bootstrap
+
+    rng = np.random.default_rng(0)
+    base = {0: rng.normal(0, 1, 40).tolist()}
+    up = {s: (np.asarray(base[0]) + 0.8 + rng.normal(0, 0.3, 40)).tolist() for s in (0, 1)}
+    same = {s: (np.asarray(base[0]) + rng.normal(0, 0.3, 40)).tolist() for s in (0, 1)}
+    fam = contrast_family({"up - base": (up, base), "same - base": (same, base)}, n_boot=500, seed=0)
+    one = seed_question_bootstrap(up, base, n_boot=500, seed=0)
+    assert {k: fam["up - base"][k] for k in one} == one  # each contrast is its own bootstrap
+    assert fam["up - base"]["p_holm"] == holm([fam["up - base"]["p"], fam["same - base"]["p"]])[0]
+    for v in fam.values():  # the simultaneous interval is wider
+        assert v["lo_bonferroni"] <= v["lo"] and v["hi"] <= v["hi_bonferroni"]
+    assert fam["up - base"]["lo_bonferroni"] > 0 and fam["same - base"]["lo_bonferroni"] < 0
+    assert contrast_family({}) == {}

@@ -68,7 +68,15 @@ def test_reward_keyed_on_set_id() -> None:
     rw_gold = ParaphraseSetReward(sim="bleu2", kappa=None, gold_weight=1.0)
     r2 = rw_gold(prompts=[""] * 8, completions=comps, set_id=set_id, member=member, answers=[["Paris"]] * 8)
     assert r2[0] == 2.0 and r2[4] == 0.5
-    assert rw.last["consistency"] == pytest.approx(np.mean(r))
+    b = rw.score(comps, set_id, member, answers=[["Paris"]] * 8)
+    assert b.rewards == r and b.consistency == pytest.approx(np.mean(r)) and b.incomplete == 0
+    assert not hasattr(rw, "last")  # results are returned, not left on the reward
+    # accuracy only: the group term is measured (for the log) but weighs nothing
+    acc = ParaphraseSetReward(sim="bleu2", kappa=None, gold_weight=1.0, consistency_weight=0.0)
+    b0 = acc.score(comps, set_id, member, answers=[["Paris"]] * 8)
+    assert b0.rewards == [1.0] * 4 + [0.0] * 4 and b0.consistency == pytest.approx(np.mean(r))
+    with pytest.raises(ValueError, match="both 0"):
+        PSGRPOConfig(output_dir="x", gold_weight=0.0, consistency_weight=0.0)
 
 
 def test_extract_answer_and_select_passages() -> None:

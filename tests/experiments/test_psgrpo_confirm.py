@@ -1,0 +1,113 @@
+"""experiments/psgrpo/confirm.py: the pre-registered plan carried out end to end on a tiny model, then resumed."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def study() -> ModuleType:
+    """The script as a module (by path: the CORD study has a ``confirm.py`` too)."""
+    path = ROOT / "experiments" / "psgrpo" / "confirm.py"
+    spec = importlib.util.spec_from_file_location("ragkit_study_psgrpo_confirm", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_arm_rewards_and_rows_come_from_the_plan(study: ModuleType) -> None:
+    plan = json.loads((ROOT / "experiments" / "psgrpo" / "plan.json").read_text())
+    assert study.arm_reward(plan, "grpo_accuracy") == {"consistency_weight": 0.0, "gold_weight": 1.0}
+    assert study.arm_reward(plan, "psgrpo") == {"consistency_weight": 1.0, "gold_weight": 1.0}
+    assert study.arm_reward(plan, "psgrpo_template") == study.arm_reward(plan, "psgrpo")
+    assert study.plan_rows(plan["training"]["data"]) == (0, 48)
+    assert study.plan_rows(plan["evaluation"]["sets"]) == (200, 300)
+
+
+def _small_plan(tmp_path: Path) -> Path:
+    """The committed plan with one seed for psgrpo (the structure the script reads is the same)."""
+    plan = json.loads((ROOT / "experiments" / "psgrpo" / "plan.json").read_text())
+    plan["arms"]["psgrpo"]["seeds"] = [0]
+    plan["arms"]["grpo_accuracy"]["seeds"] = [0, 1]
+    p = tmp_path / "plan.json"
+    p.write_text(json.dumps(plan))
+    return p
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("shared_data")
+def test_plan_carried_out_on_a_tiny_model_then_resumed(study: ModuleType, tiny_lm_dir: Path, tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RAGKIT_NO_PROGRESS", "1")
+    plan = _small_plan(tmp_path)
+    out = tmp_path / "confirm.json"
+    args = ["--plan", str(plan), "--out", str(out), "--model", str(tiny_lm_dir), "--workdir", str(tmp_path / "w"),
+            "--max-train-sets", "2", "--max-dev-sets", "2", "--max-steps", "1", "--max-new-tokens", "3",
+            "--passage-max-tokens", "8", "--n-boot", "200", "--save-steps", "1"]
+    with pytest.raises(SystemExit, match="commit the plan"):
+        study.main(args)  # an untracked plan is refused
+    assert study.main([*args, "--allow-uncommitted-plan"]) == 0
+    r = json.loads(out.read_text())
+    assert r["plan"] == {"path": str(plan), "commit": None} and r["smoke"] is True
+    assert r["command"].startswith("python3 experiments/psgrpo/confirm.py --plan")
+    assert r["settings"]["max_new_tokens"] == 3 and r["settings"]["n_wordings"] == 4
+    # paraphrases: stored once, n = 4 wordings, diversity per set and per kind
+    stored = json.loads((tmp_path / "w" / "paraphrases.json").read_text())
+    assert set(r["paraphrases"]) == {"train_strong", "train_weak", "dev_strong"}
+    for kind, v in r["paraphrases"].items():
+        assert v["n_sets"] == 2 and len(stored[kind]) == 2
+        assert 0 <= v["mean_jaccard"] <= 1 and 0 <= v["identical_share"] <= 1 and 0 <= v["fallback_share"] <= 1
+        for s in v["sets"]:
+            assert len(s["paraphrases"]) == 3 and set(s["diversity"]) == {"mean_jaccard", "identical_share"}
+    assert r["paraphrases"]["train_weak"]["fallback_share"] == 0
+    assert all(1 <= s["tries"] <= 3 for s in r["paraphrases"]["dev_strong"]["sets"])
+    # arms: seeds as lists, n_sets, per-seed results and per-set rows with the plan's metric names
+    arms = r["arms"]
+    assert set(arms) == {"base", "grpo_accuracy", "psgrpo", "psgrpo_template"}
+    assert arms["base"]["seeds"] == [0] and arms["grpo_accuracy"]["seeds"] == [0, 1]
+    assert arms["psgrpo"]["seeds"] == [0] and arms["psgrpo_template"]["seeds"] == [0]
+    assert all(v["n_sets"] == 2 for v in arms.values())
+    assert set(r["retrieved"]) == set(arms["base"]["per_seed"]["0"]["evaluation"]["per_set"])  # stored once
+    for arm, v in arms.items():
+        for seed in v["seeds"]:
+            ev = v["per_seed"][str(seed)]["evaluation"]
+            assert len(ev["per_set"]) == 2 and set(study.METRICS) <= set(ev["metrics"])
+            for row in ev["per_set"].values():
+                assert {"em", "f1", "consistency", "psr"} <= set(row) and 0 <= row["consistency"] <= 1
+            if arm != "base":
+                t = v["per_seed"][str(seed)]["train"]
+                assert t["steps"] == 1 and t["paraphrases"] == ("weak" if arm == "psgrpo_template" else "strong")
+    assert arms["grpo_accuracy"]["per_seed"]["0"]["train"]["reward"]["consistency_weight"] == 0.0
+    assert (tmp_path / "w" / "grpo_accuracy-seed1" / "final").is_dir()
+    # the plan's five headline contrasts, Holm-adjusted, and the rule's verdict
+    c = r["contrasts"]
+    assert set(c) == set(json.loads(plan.read_text())["intervals"]["headline_contrasts"])
+    for v in c.values():
+        assert v["lo_bonferroni"] <= v["lo"] <= v["mean"] <= v["hi"] <= v["hi_bonferroni"] and v["p_holm"] >= v["p"]
+    assert c["psgrpo - base (f1)"]["mean"] == pytest.approx(arms["psgrpo"]["metrics"]["f1"]
+                                                            - arms["base"]["metrics"]["f1"])
+    assert set(r["contrasts_secondary"]["psr"]) == set(study.SECONDARY_PAIRS)
+    assert r["decision"]["verdict"].startswith(("the claim holds", "the claim does not hold"))
+    # a re-run resumes: nothing is paraphrased, trained or evaluated again
+    calls: list = []
+    monkeypatch.setattr("ragkit.training.psgrpo.train_psgrpo", lambda *a, **k: calls.append("train"))
+    monkeypatch.setattr("ragkit.eval.consistency.evaluate_consistency", lambda *a, **k: calls.append("eval"))
+    monkeypatch.setattr("ragkit.paraphrase.LLMParaphraser.paraphrase_with_report",
+                        lambda *a, **k: calls.append("paraphrase"))
+    assert study.main([*args, "--allow-uncommitted-plan"]) == 0 and calls == []
+    assert json.loads(out.read_text())["arms"] == arms
+    # other settings into the same JSON or work folder are refused, not mixed in
+    with pytest.raises(SystemExit, match="other settings"):
+        study.main([*args, "--max-new-tokens", "4", "--allow-uncommitted-plan"])
+    with pytest.raises(SystemExit, match="made with other settings"):
+        study.main([*args, "--max-new-tokens", "4", "--out", str(tmp_path / "other.json"), "--allow-uncommitted-plan"])
