@@ -9,6 +9,7 @@ the head's cost is the real model's.
 
 from __future__ import annotations
 
+import argparse
 import os
 from typing import Any
 
@@ -22,6 +23,22 @@ SHAPES: dict[str, dict[str, Any]] = {
                        num_key_value_heads=8, vocab_size=128256, max_position_embeddings=8192,
                        rope_theta=500000.0, tie_word_embeddings=False),
 }
+
+
+def add_generator_args(ap: argparse.ArgumentParser) -> None:
+    """The ``--model`` and ``--device`` options of a script that builds its generator with :func:`bench_generator`."""
+    ap.add_argument("--model", default=None,
+                    help="generator (default: the embedded SmolLM2-135M-Instruct); random:<shape> for random weights "
+                         f"in a model's shape ({', '.join(SHAPES)}), e.g. --model random:llama-3-8b --device cuda")
+    ap.add_argument("--device", default="auto", help="auto (CUDA with bf16 when present, else CPU fp32), cpu, cuda")
+
+
+def bench_records(path: str, n: int, k: int) -> list[Any]:
+    """The first ``n`` HotpotQA records of ``path`` with at least ``k`` passages and an answer
+    (read from the first ``3n`` records)."""
+    from ragkit.datasets import load_hotpotqa
+
+    return [r for r in load_hotpotqa(path, limit=n * 3) if len(r.passages) >= k and r.answers][:n]
 
 
 def bench_generator(model: str | None, device: str = "auto", seed: int = 0, **gen_kwargs: Any) -> Any:

@@ -21,6 +21,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from _common import cord_step
+
 from ragkit.datasets import data_path
 from ragkit.eval.harness import gpu_epilog, write_result
 
@@ -54,7 +56,7 @@ def _single(a: argparse.Namespace) -> dict[str, Any]:
 
     from ragkit.generation import Generator
     from ragkit.models import check_device, resolve_device
-    from ragkit.training.cord import CORDCollator, CORDConfig, answer_logprobs, load_model, pair_loss
+    from ragkit.training.cord import CORDCollator, CORDConfig, load_model
     from ragkit.training.data import load_examples
     from ragkit.training.perturb import OrderPerturbation
 
@@ -71,18 +73,10 @@ def _single(a: argparse.Namespace) -> dict[str, Any]:
     coll = CORDCollator(gen, loss=a.single, perturbation=OrderPerturbation(alpha=1.0), seed=0)
     batch = {k: v.to(dev) for k, v in coll(examples).items()}
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5)
-    b = batch["answer_ids"].shape[0]
     times = []
     for i in range(a.warmup + a.repeats):
         t0 = time.perf_counter()
-        logp = answer_logprobs(model, batch["input_ids"], batch["attention_mask"], batch["answer_pos"])
-        if a.single == "cord":
-            out = pair_loss(logp[:b], logp[b:], batch["answer_ids"], batch["answer_mask"], loss="cord")
-        else:
-            out = pair_loss(logp, None, batch["answer_ids"], batch["answer_mask"], loss="ce")
-        out.loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+        cord_step(model, opt, batch, a.single)
         if dev.startswith("cuda"):
             torch.cuda.synchronize()
         if i >= a.warmup:

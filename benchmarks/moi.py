@@ -30,7 +30,7 @@ import sys
 import time
 from typing import Any
 
-from _shapes import SHAPES, bench_generator
+from _shapes import add_generator_args, bench_generator, bench_records
 
 from ragkit.datasets import data_path
 from ragkit.debias.designs import cyclic, prior
@@ -53,10 +53,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="HotpotQA JSONL (default: $RAGKIT_DATA/hotpotqa/dev.jsonl from the repository root, "
                          "or $RAGKIT_SHARED_DATA/hotpotqa/dev.jsonl)")
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--model", default=None,
-                    help="generator (default: the embedded SmolLM2-135M-Instruct); random:<shape> for random weights "
-                         f"in a model's shape ({', '.join(SHAPES)}), e.g. --model random:llama-3-8b --device cuda")
-    ap.add_argument("--device", default="auto", help="auto (CUDA with bf16 when present, else CPU fp32), cpu, cuda")
+    add_generator_args(ap)
     ap.add_argument("--max-seconds", type=float, default=420.0,
                     help="stop adding questions once this much time is spent (at least one question runs)")
     args = ap.parse_args(argv)
@@ -65,7 +62,6 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     from transformers import DynamicCache
 
-    from ragkit.datasets import load_hotpotqa
     from ragkit.generation.layout import ordering_prompts
     from ragkit.generation.scoring import common_prefix_len
 
@@ -81,8 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         if cuda:
             torch.cuda.synchronize()
         return time.perf_counter()
-    records = [r for r in load_hotpotqa(args.data, limit=args.n_questions * 3)
-               if len(r.passages) >= args.k and r.answers][: args.n_questions]
+    records = bench_records(args.data, args.n_questions, args.k)
     designs = {"cyclic": cyclic(args.k), "prior": prior(args.k, 3)}
     acc: dict[str, dict[str, float]] = {
         d: {"lib_s": 0.0, "naive_s": 0.0, "raw_s": 0.0, "tokens_lib": 0, "tokens_naive": 0, "max_abs_diff": 0.0}

@@ -33,7 +33,7 @@ import sys
 import time
 from typing import Any
 
-from _shapes import SHAPES, bench_generator
+from _shapes import add_generator_args, bench_generator, bench_records
 
 from ragkit.datasets import data_path
 from ragkit.eval.harness import cpu_name, gpu_epilog, rel, write_result
@@ -83,10 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--data-file", default=None,
                     help="HotpotQA JSONL (default: $RAGKIT_DATA/hotpotqa/dev.jsonl from the repository root, "
                          "or $RAGKIT_SHARED_DATA/hotpotqa/dev.jsonl)")
-    ap.add_argument("--model", default=None,
-                    help="generator (default: the embedded SmolLM2-135M-Instruct); random:<shape> for random weights "
-                         f"in a model's shape ({', '.join(SHAPES)}), e.g. --model random:llama-3-8b --device cuda")
-    ap.add_argument("--device", default="auto", help="auto (CUDA with bf16 when present, else CPU fp32), cpu, cuda")
+    add_generator_args(ap)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--designs", default="cyclic,prior", help="comma-separated subset of cyclic,prior")
     ap.add_argument("--max-seconds", type=float, default=480.0,
@@ -97,7 +94,6 @@ def main(argv: list[str] | None = None) -> int:
     import numpy as np
     import torch
 
-    from ragkit.datasets import load_hotpotqa
     from ragkit.debias.moi import MoI
     from ragkit.debias.profile import PositionProfile
 
@@ -105,8 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     gen = bench_generator(args.model, device=args.device, passage_max_tokens=args.passage_max_tokens,
                           batch_size=args.k, show_progress=False)
-    records = [r for r in load_hotpotqa(args.data_file, limit=args.n_questions * 3)
-               if len(r.passages) >= args.k and r.answers][: args.n_questions]
+    records = bench_records(args.data_file, args.n_questions, args.k)
     profile = PositionProfile.recency(args.k)  # the same fixed profile for both paths (no calibration)
     all_designs = {"cyclic": {"design": "cyclic", "budget": None}, "prior": {"design": "prior", "budget": 3}}
     designs = {d: all_designs[d] for d in args.designs.split(",") if d}

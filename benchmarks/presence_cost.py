@@ -29,7 +29,7 @@ import sys
 import time
 from typing import Any
 
-from _shapes import SHAPES, bench_generator
+from _shapes import add_generator_args, bench_generator, bench_records
 
 from ragkit.datasets import data_path
 from ragkit.eval.harness import gpu_epilog, rel, write_result
@@ -50,25 +50,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch-size", type=int, default=8, help="sequences per forward pass")
     ap.add_argument("--data-file", default=None,
                     help="HotpotQA JSONL (default: $RAGKIT_DATA/hotpotqa/dev.jsonl, or $RAGKIT_SHARED_DATA)")
-    ap.add_argument("--model", default=None,
-                    help="generator (default: the embedded SmolLM2-135M-Instruct); random:<shape> for random weights "
-                         f"in a model's shape ({', '.join(SHAPES)})")
-    ap.add_argument("--device", default="auto", help="auto (CUDA with bf16 when present, else CPU fp32), cpu, cuda")
+    add_generator_args(ap)
     args = ap.parse_args(argv)
     args.data_file = str(args.data_file or data_path("hotpotqa", "dev.jsonl"))
 
     import numpy as np
     import torch
 
-    from ragkit.datasets import load_hotpotqa
     from ragkit.debias.designs import ablate, loo
     from ragkit.generation.layout import ordering_prompts
 
     logging.basicConfig(level=logging.ERROR)
     gen = bench_generator(args.model, device=args.device, passage_max_tokens=args.passage_max_tokens,
                           batch_size=args.batch_size, show_progress=False)
-    recs = [r for r in load_hotpotqa(args.data_file, limit=args.n_questions * 3)
-            if len(r.passages) >= args.k and r.answers][: args.n_questions]
+    recs = bench_records(args.data_file, args.n_questions, args.k)
     qs = [r.question for r in recs]
     ps = [list(r.passages[: args.k]) for r in recs]
     answers = [r.answers[0] for r in recs]

@@ -26,7 +26,6 @@ import importlib.metadata as md
 import logging
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -34,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from _common import free_port, wait_until_up
 
 from ragkit.eval.harness import REFERENCE_GGUF_CMD, gpu_epilog, write_result
 
@@ -46,38 +46,21 @@ from ragkit.generation import Generator, RemoteGenerator  # noqa: E402
 logger = logging.getLogger("benchmarks.remote_generator")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def start_llama_server(gguf: Path, n_ctx: int, threads: int, log: Path,
                        gpu_layers: int = 0) -> tuple[subprocess.Popen[bytes], str]:
     """``python -m llama_cpp.server`` on a free port; returns the process and its ``/v1`` URL once it answers.
 
     ``gpu_layers``: layers offloaded to the GPU (``-1``: all; needs a CUDA build of llama-cpp-python).
     """
-    import httpx
 
-    port = _free_port()
+    port = free_port()
     cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(gguf), "--logits_all", "true",
            "--n_ctx", str(n_ctx), "--n_threads", str(threads), "--n_gpu_layers", str(gpu_layers),
            "--host", "127.0.0.1", "--port", str(port)]
     proc = subprocess.Popen(cmd, stdout=log.open("wb"), stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}/v1"
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"llama_cpp.server exited with {proc.returncode}; see {log}")
-        try:
-            if httpx.get(url + "/models", timeout=2).status_code == 200:
-                return proc, url
-        except httpx.TransportError:
-            pass
-        time.sleep(0.5)
-    proc.terminate()
-    raise RuntimeError(f"llama_cpp.server did not answer within 180 s; see {log}")
+    wait_until_up(proc, url + "/models", 180, what=f"llama_cpp.server (log {log})", log=log)
+    return proc, url
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -45,17 +45,16 @@ import asyncio
 import importlib.metadata as md
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from _common import batch_counts, free_port, load, rss_mb, sequential, wait_until_up
 
 from ragkit.eval.harness import gpu_epilog, write_result
 
@@ -66,92 +65,6 @@ from ragkit.datasets import sample_records  # noqa: E402
 from ragkit.debias.student import DistilledReranker  # noqa: E402
 from ragkit.serve import ServeSettings  # noqa: E402
 from ragkit.types import Passage  # noqa: E402
-
-
-def _rss_mb(pid: int) -> float:
-    with open(f"/proc/{pid}/status", encoding="ascii") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024.0
-    return float("nan")
-
-
-def _load1() -> float:
-    return round(os.getloadavg()[0], 2)
-
-
-def _stats(lat: list[float], ok: int, failed: int, seconds: float) -> dict[str, Any]:
-    a = np.asarray(lat) * 1000.0
-    return {"requests": ok + failed, "ok": ok, "failed": failed, "seconds": round(seconds, 2),
-            "throughput_rps": ok / seconds if seconds > 0 else 0.0,
-            "p50_ms": float(np.percentile(a, 50)) if a.size else None,
-            "p95_ms": float(np.percentile(a, 95)) if a.size else None,
-            "p99_ms": float(np.percentile(a, 99)) if a.size else None}
-
-
-def _sequential(call: Callable[[dict[str, Any]], Any], workload: list[dict[str, Any]], seconds: float,
-                min_requests: int) -> dict[str, Any]:
-    """``call`` on one request after the other for ``seconds`` (at least ``min_requests``)."""
-    lat: list[float] = []
-    load_before = _load1()
-    t0 = time.perf_counter()
-    i = 0
-    while time.perf_counter() - t0 < seconds or i < min_requests:
-        t1 = time.perf_counter()
-        call(workload[i % len(workload)])
-        lat.append(time.perf_counter() - t1)
-        i += 1
-    out = _stats(lat, i, 0, time.perf_counter() - t0)
-    out["load1_before"], out["load1_after"] = load_before, _load1()
-    return out
-
-
-async def _load(url: str, workload: list[dict[str, Any]], clients: int, seconds: float) -> dict[str, Any]:
-    import httpx
-
-    lat: list[float] = []
-    codes: dict[int, int] = {}
-    stop = time.perf_counter() + seconds
-
-    async def client(c: int, http: httpx.AsyncClient) -> None:
-        i = c
-        while time.perf_counter() < stop:
-            body = workload[i % len(workload)]
-            i += clients
-            t0 = time.perf_counter()
-            try:
-                r = await http.post("/rerank", json=body)
-                code = r.status_code
-            except httpx.HTTPError:
-                code = -1
-            if code == 200:
-                lat.append(time.perf_counter() - t0)
-            codes[code] = codes.get(code, 0) + 1
-
-    limits = httpx.Limits(max_connections=clients + 4, max_keepalive_connections=clients + 4)
-    load_before = _load1()
-    async with httpx.AsyncClient(base_url=url, timeout=300, limits=limits) as http:
-        t0 = time.perf_counter()
-        await asyncio.gather(*(client(c, http) for c in range(clients)))
-        wall = time.perf_counter() - t0
-    ok = codes.get(200, 0)
-    out = _stats(lat, ok, sum(v for k, v in codes.items() if k != 200), wall)
-    out["status_codes"] = {str(k): v for k, v in sorted(codes.items())}
-    out["load1_before"], out["load1_after"] = load_before, _load1()
-    return out
-
-
-def _batch_counts(url: str) -> tuple[float, float]:
-    """``(requests, batches)`` so far, from the server's Prometheus ``ragkit_batch_size`` histogram."""
-    import httpx
-
-    total = count = 0.0
-    for ln in httpx.get(url + "/metrics", timeout=30).text.splitlines():
-        if ln.startswith("ragkit_batch_size_sum"):
-            total = float(ln.split()[-1])
-        elif ln.startswith("ragkit_batch_size_count"):
-            count = float(ln.split()[-1])
-    return total, count
 
 
 def _workloads(docs: list[int]) -> dict[int, list[dict[str, Any]]]:
@@ -229,9 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         return bucketed.rank_many([body["query"]], [[Passage(id=str(i), text=t) for i, t in enumerate(body["texts"])]])
 
     # ---- the server, in its own process
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     cmd = [sys.executable, "-m", "ragkit.cli", "serve", "--reranker", f"student:{folder}", "--device", a.device,
            "--port", str(port), "--max-batch-size", str(a.max_batch_size), "--max-wait-ms", str(a.max_wait_ms),
            "--max-queue", str(a.max_queue), "--cache-size", "0", "--log-level", "warning"]
@@ -241,36 +152,25 @@ def main(argv: list[str] | None = None) -> int:
     table: dict[str, Any] = {}
     memory: dict[str, Any] = {}
     try:
-        deadline = time.monotonic() + 300
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"ragkit serve exited with {proc.returncode}")
-            try:
-                if httpx.get(url + "/health", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError("ragkit serve did not start in 300 s")
-            time.sleep(0.5)
+        wait_until_up(proc, url + "/health", 300)
         for d in docs_levels:
             w = workloads[d]
             for body in w[:2]:  # warm-up, both sides
                 rank(body)
                 scorer(body)
-            asyncio.run(_load(url, w, 4, 2.0))
-            block: dict[str, Any] = {"sequential_before": {"rank": _sequential(rank, w, a.seq_seconds, a.seq_min),
-                                                           "bucketed": _sequential(scorer, w, a.seq_seconds,
+            asyncio.run(load(url, w, 4, 2.0))
+            block: dict[str, Any] = {"sequential_before": {"rank": sequential(rank, w, a.seq_seconds, a.seq_min),
+                                                           "bucketed": sequential(scorer, w, a.seq_seconds,
                                                                                    a.seq_min)},
                                      "served": {}}
             for c in client_levels:
-                r0, b0 = _batch_counts(url)
-                level = asyncio.run(_load(url, w, c, a.seconds))
-                r1, b1 = _batch_counts(url)
+                r0, b0 = batch_counts(url)
+                level = asyncio.run(load(url, w, c, a.seconds))
+                r1, b1 = batch_counts(url)
                 level["mean_requests_per_batch"] = (r1 - r0) / (b1 - b0) if b1 > b0 else None
                 block["served"][str(c)] = level
-            block["sequential_after"] = {"rank": _sequential(rank, w, a.seq_seconds, a.seq_min),
-                                         "bucketed": _sequential(scorer, w, a.seq_seconds, a.seq_min)}
+            block["sequential_after"] = {"rank": sequential(rank, w, a.seq_seconds, a.seq_min),
+                                         "bucketed": sequential(scorer, w, a.seq_seconds, a.seq_min)}
             before, after = block["sequential_before"], block["sequential_after"]
             base = {k: (before[k]["throughput_rps"] + after[k]["throughput_rps"]) / 2 for k in ("rank", "bucketed")}
             block["sequential_rps_mean"] = base
@@ -292,13 +192,13 @@ def main(argv: list[str] | None = None) -> int:
 
         def sample() -> None:
             while not done.is_set():
-                samples.append((round(time.perf_counter() - t_mem, 1), round(_rss_mb(proc.pid), 1)))
+                samples.append((round(time.perf_counter() - t_mem, 1), round(rss_mb(proc.pid), 1)))
                 done.wait(1.0)
 
-        rss_before = _rss_mb(proc.pid)
+        rss_before = rss_mb(proc.pid)
         th = threading.Thread(target=sample, daemon=True)
         th.start()
-        mem_load = asyncio.run(_load(url, workloads[a.mem_docs], a.mem_clients, a.mem_seconds))
+        mem_load = asyncio.run(load(url, workloads[a.mem_docs], a.mem_clients, a.mem_seconds))
         done.set()
         th.join()
         rss = [m for _, m in samples]
@@ -344,29 +244,15 @@ def main(argv: list[str] | None = None) -> int:
 
 def _start(folder: Path, a: argparse.Namespace, env: dict[str, str], extra: list[str]) -> tuple[Any, str]:
     """``ragkit serve --reranker student:folder`` in its own process, once ``/health`` answers: (process, url)."""
-    import httpx
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     cmd = [sys.executable, "-m", "ragkit.cli", "serve", "--reranker", f"student:{folder}", "--device", a.device,
            "--port", str(port), "--max-batch-size", str(a.max_batch_size), "--max-wait-ms", str(a.max_wait_ms),
            "--max-queue", str(a.max_queue), "--cache-size", "0", "--log-level", "warning", *extra]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 600
-    while True:
-        if proc.poll() is not None:
-            raise RuntimeError(f"ragkit serve exited with {proc.returncode}: {' '.join(cmd)}")
-        try:
-            if httpx.get(url + "/health", timeout=2).status_code == 200:
-                return proc, url
-        except httpx.TransportError:
-            pass
-        if time.monotonic() > deadline:
-            proc.terminate()
-            raise RuntimeError("ragkit serve did not start in 600 s")
-        time.sleep(0.5)
+    wait_until_up(proc, url + "/health", 600, what=" ".join(cmd))
+    return proc, url
 
 
 def _agreement(ref: list[Any], got: list[Any]) -> dict[str, float]:
@@ -419,8 +305,8 @@ def _compare_backends(a: argparse.Namespace, argv: list[str] | None) -> int:
         agree = _agreement(ref, DistilledReranker.load(folder, device=a.device, backend=b).rank_many(qs, ps))
         proc, url = _start(folder, a, env, ["--backend", b])
         try:
-            asyncio.run(_load(url, workload, 4, 2.0))  # warm-up
-            levels = {str(c): asyncio.run(_load(url, workload, c, a.seconds)) for c in clients}
+            asyncio.run(load(url, workload, 4, 2.0))  # warm-up
+            levels = {str(c): asyncio.run(load(url, workload, c, a.seconds)) for c in clients}
         finally:
             proc.terminate()
             proc.wait(timeout=30)

@@ -33,19 +33,12 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from _common import free_port, rss_mb, wait_until_up
 
 from ragkit.eval.harness import gpu_epilog, write_result
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-
-
-def _rss_mb(pid: int) -> float:
-    with open(f"/proc/{pid}/status", encoding="ascii") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
 
 
 class Sampler:
@@ -55,7 +48,7 @@ class Sampler:
         self.pid, self.peak, self._stop = pid, 0.0, threading.Event()
 
     def __enter__(self) -> Sampler:
-        self.before = _rss_mb(self.pid)
+        self.before = rss_mb(self.pid)
         self.peak = self.before
         self._t = threading.Thread(target=self._run, daemon=True)
         self._t.start()
@@ -63,7 +56,7 @@ class Sampler:
 
     def _run(self) -> None:
         while not self._stop.wait(0.1):
-            self.peak = max(self.peak, _rss_mb(self.pid))
+            self.peak = max(self.peak, rss_mb(self.pid))
 
     def __exit__(self, *exc: Any) -> None:
         self._stop.set()
@@ -154,9 +147,7 @@ def main(argv: list[str] | None = None) -> int:
 
     tmp = Path(tempfile.mkdtemp(prefix="ragkit-serve-limits-"))
     folder = DistilledReranker.from_base(None, device="cpu", max_length=256, seed=0).save_pretrained(tmp / "student")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "RAGKIT_NO_PROGRESS": "1"}
     if a.threads:
         env["OMP_NUM_THREADS"] = str(a.threads)
@@ -167,16 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     url = f"http://127.0.0.1:{port}"
     rows: list[dict[str, Any]] = []
     try:
-        deadline = time.monotonic() + 300
-        while True:
-            try:
-                if httpx.get(url + "/health", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("ragkit serve did not start")
-            time.sleep(0.5)
+        wait_until_up(proc, url + "/health", 300)
         load = [os.getloadavg()[0]]
         long_doc = ("the castle river zebra walls " * 700)[:19_990]
         docs = [f"{i:>6} {long_doc}"[:20_000] for i in range(1000)]  # distinct: the reranker scores each pair

@@ -14,7 +14,6 @@ import asyncio
 import gc
 import os
 import resource
-import socket
 import statistics
 import subprocess
 import sys
@@ -28,6 +27,7 @@ from typing import Any
 
 import _build
 import numpy as np
+from _common import batch_counts, cord_step, free_port, load, sequential, wait_until_up
 
 
 class Skip(Exception):
@@ -409,22 +409,6 @@ def _hf_generate(model: Any, enc: Any, new_tokens: int, pad_id: int, eos_id: int
 
 
 # ----------------------------------------------------------------------------- CORD
-def _cord_step(model: Any, opt: Any, batch: dict[str, Any], loss: str) -> float:
-    """One optimiser step of ``loss`` on ``batch`` (``benchmarks/cord.py``'s step); returns the loss."""
-    from ragkit.training.cord import answer_logprobs, pair_loss
-
-    b = batch["answer_ids"].shape[0]
-    logp = answer_logprobs(model, batch["input_ids"], batch["attention_mask"], batch["answer_pos"])
-    if loss == "cord":
-        out = pair_loss(logp[:b], logp[b:], batch["answer_ids"], batch["answer_mask"], loss="cord")
-    else:
-        out = pair_loss(logp, None, batch["answer_ids"], batch["answer_mask"], loss="ce")
-    out.loss.backward()
-    opt.step()
-    opt.zero_grad(set_to_none=True)
-    return float(out.loss.detach())
-
-
 def cord(ctx: Ctx, shape: str, batch_size: int, k: int, passage_tokens: int, lora_r: int,
          repeats: int) -> dict[str, Any]:
     """One CORD training step with LoRA against plain CE on the same batch (``benchmarks/cord.py``'s step).
@@ -474,7 +458,7 @@ def cord(ctx: Ctx, shape: str, batch_size: int, k: int, passage_tokens: int, lor
         for attempt in (0, 1):
             try:
                 _reset_peak(ctx)
-                times, last = _timed(ctx, partial(_cord_step, model, opt, batch, loss), repeats)
+                times, last = _timed(ctx, partial(cord_step, model, opt, batch, loss), repeats)
                 row.update({"s_per_step": _median(times), "all_s": times, "peak_gib": _peak_gib(ctx),
                             "last_loss": last})
                 break
@@ -604,79 +588,6 @@ def dense(ctx: Ctx, shape: str, n_passages: int, passage_words: int, batch_sizes
 
 
 # ----------------------------------------------------------------------------- ragkit serve
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _lat_stats(lat: list[float], ok: int, failed: int, seconds: float) -> dict[str, Any]:
-    a = np.asarray(lat) * 1000.0
-    return {"requests": ok + failed, "ok": ok, "failed": failed, "seconds": round(seconds, 3),
-            "throughput_rps": ok / seconds if seconds > 0 else 0.0,
-            "p50_ms": float(np.percentile(a, 50)) if a.size else None,
-            "p99_ms": float(np.percentile(a, 99)) if a.size else None}
-
-
-async def _load(url: str, workload: list[dict[str, Any]], clients: int, seconds: float) -> dict[str, Any]:
-    import httpx
-
-    lat: list[float] = []
-    codes: dict[int, int] = {}
-    stop = time.perf_counter() + seconds
-
-    async def client(c: int, http: httpx.AsyncClient) -> None:
-        i = c
-        while time.perf_counter() < stop:
-            body = workload[i % len(workload)]
-            i += clients
-            t0 = time.perf_counter()
-            try:
-                code = (await http.post("/rerank", json=body)).status_code
-            except httpx.HTTPError:
-                code = -1
-            if code == 200:
-                lat.append(time.perf_counter() - t0)
-            codes[code] = codes.get(code, 0) + 1
-
-    limits = httpx.Limits(max_connections=clients + 4, max_keepalive_connections=clients + 4)
-    async with httpx.AsyncClient(base_url=url, timeout=120, limits=limits) as http:
-        t0 = time.perf_counter()
-        await asyncio.gather(*(client(c, http) for c in range(clients)))
-        wall = time.perf_counter() - t0
-    ok = codes.get(200, 0)
-    out = _lat_stats(lat, ok, sum(v for c, v in codes.items() if c != 200), wall)
-    out["status_codes"] = {str(c): v for c, v in sorted(codes.items())}
-    return out
-
-
-def _batch_counts(url: str) -> tuple[float, float]:
-    """``(requests, batches)`` so far, from the server's ``ragkit_batch_size`` histogram."""
-    import httpx
-
-    total = count = 0.0
-    for ln in httpx.get(url + "/metrics", timeout=30).text.splitlines():
-        if ln.startswith("ragkit_batch_size_sum"):
-            total = float(ln.split()[-1])
-        elif ln.startswith("ragkit_batch_size_count"):
-            count = float(ln.split()[-1])
-    return total, count
-
-
-def _sequential(call: Callable[[dict[str, Any]], Any], workload: list[dict[str, Any]], seconds: float,
-                min_requests: int, ctx: Ctx) -> dict[str, Any]:
-    lat: list[float] = []
-    t0 = time.perf_counter()
-    i = 0
-    while time.perf_counter() - t0 < seconds or i < min_requests:
-        t1 = time.perf_counter()
-        call(workload[i % len(workload)])
-        _sync(ctx)
-        lat.append(time.perf_counter() - t1)
-        i += 1
-    return _lat_stats(lat, i, 0, time.perf_counter() - t0)
-
-
 def serve(ctx: Ctx, shape: str, docs_levels: list[int], clients: list[int], seconds: float, seq_seconds: float,
           doc_words: int, start_timeout: float) -> dict[str, Any]:
     """``ragkit serve --reranker cross-encoder:DIR`` on the device against the same reranker called sequentially.
@@ -702,7 +613,7 @@ def serve(ctx: Ctx, shape: str, docs_levels: list[int], clients: list[int], seco
     reranker = get_reranker(spec, device=ctx.device)
     workloads = {d: [{"query": ctx.text.question(), "texts": [ctx.text.sentence(doc_words) for _ in range(d)],
                       "raw_scores": True} for _ in range(64)] for d in docs_levels}
-    port = _free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
     log = ctx.tmp / "serve.log"
     cmd = [sys.executable, "-m", "ragkit.cli", "serve", "--reranker", spec, "--device", ctx.device,
@@ -714,19 +625,7 @@ def serve(ctx: Ctx, shape: str, docs_levels: list[int], clients: list[int], seco
     with open(log, "wb") as lf:
         proc = subprocess.Popen(cmd, stdout=lf, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     try:
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"ragkit serve exited with {proc.returncode}: "
-                                   f"{log.read_text(errors='replace')[-1500:]}")
-            try:
-                if httpx.get(url + "/health", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.perf_counter() - t_start > start_timeout or ctx.left() < 3:
-                raise RuntimeError(f"ragkit serve did not answer /health in {time.perf_counter() - t_start:.0f} s: "
-                                   f"{log.read_text(errors='replace')[-1500:]}")
-            time.sleep(0.25)
+        wait_until_up(proc, url + "/health", start_timeout, log=log, poll=0.25, give_up=lambda: ctx.left() < 3)
         start_s = time.perf_counter() - t_start
 
         def rank(body: dict[str, Any]) -> Any:
@@ -740,16 +639,16 @@ def serve(ctx: Ctx, shape: str, docs_levels: list[int], clients: list[int], seco
             w = workloads[d]
             for body in w[:3]:  # warm-up, both sides
                 rank(body)
-            asyncio.run(_load(url, w, 4, min(2.0, seconds)))
-            before = _sequential(rank, w, seq_seconds, 4, ctx)
+            asyncio.run(load(url, w, 4, min(2.0, seconds), timeout=120))
+            before = sequential(rank, w, seq_seconds, 4, after=partial(_sync, ctx))
             served: dict[str, Any] = {}
             for c in clients:
-                r0, b0 = _batch_counts(url)
-                level = asyncio.run(_load(url, w, c, seconds))
-                r1, b1 = _batch_counts(url)
+                r0, b0 = batch_counts(url)
+                level = asyncio.run(load(url, w, c, seconds, timeout=120))
+                r1, b1 = batch_counts(url)
                 level["mean_requests_per_batch"] = (r1 - r0) / (b1 - b0) if b1 > b0 else None
                 served[str(c)] = level
-            after = _sequential(rank, w, seq_seconds, 4, ctx)
+            after = sequential(rank, w, seq_seconds, 4, after=partial(_sync, ctx))
             base = (before["throughput_rps"] + after["throughput_rps"]) / 2
             for level in served.values():
                 level["speedup_vs_sequential"] = level["throughput_rps"] / base if base else None

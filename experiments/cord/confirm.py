@@ -42,6 +42,8 @@ HERE = Path(__file__).resolve().parent
 STAGES = ("train", "select", "seeds", "evaluate", "report")
 #: primary metric first; every one is a per-question value, so arms compare question by question
 METRICS = ("spread", "mean_logprob", "em", "psr")
+SWEEP_KEYS = {"spread": "logprob_spread", "mean_logprob": "logprob", "em": "subspan_em", "psr": "psr"}
+"""The key of ``SweepResult.per_question_metrics`` behind each of :data:`METRICS`."""
 
 
 def arm_settings(plan: Mapping[str, Any], arm: str) -> dict[str, Any]:
@@ -52,25 +54,11 @@ def arm_settings(plan: Mapping[str, Any], arm: str) -> dict[str, Any]:
             "alpha": None if alpha in (None, "score-aware") else float(alpha)}
 
 
-def question_metrics(per_question: list[dict[str, Any]], k: int) -> dict[str, dict[str, float]]:
-    """Per question id: spread and mean of the slot log-probs, mean EM over slots, and (k = 10) whether
-    the greedy answer changed across the random orders."""
-    from ragkit.text import normalize_answer
-
-    out: dict[str, dict[str, Any]] = {}
-    for r in per_question:
-        if r.get("k") != k:
-            continue
-        q = out.setdefault(r["qid"], {"lp": [], "em": [], "answers": set()})
-        if r["setting"] == "slot":
-            q["lp"].append(r["logprob"])
-            q["em"].append(r["subspan_em"])
-        elif r["setting"] == "permutation":
-            q["answers"].add(normalize_answer(r["prediction"]))
-    return {qid: {"spread": float(max(v["lp"]) - min(v["lp"])), "mean_logprob": float(np.mean(v["lp"])),
-                  "em": float(np.mean(v["em"])) if v["em"] else float("nan"),
-                  "psr": float(len(v["answers"]) > 1) if v["answers"] else float("nan")}
-            for qid, v in out.items() if v["lp"]}
+def question_metrics(sweep: Any, k: int) -> dict[str, dict[str, float]]:
+    """Per question id, the :data:`METRICS` of a :class:`ragkit.eval.sweep.SweepResult` at context size ``k``
+    (the sweep's own per-question values, renamed): log-prob spread and mean over the gold slots, mean
+    EM over the slots, and whether the greedy answer changed across the random orders."""
+    return {qid: {m: v[SWEEP_KEYS[m]] for m in METRICS} for qid, v in sweep.per_question_metrics[k].items()}
 
 
 def per_seed_vectors(arms: Mapping[str, Mapping[str, Any]], arm: str, metric: str, k: str) -> dict[str, list[float]]:
@@ -209,7 +197,7 @@ def run(config: Mapping[str, Any]) -> int:
                              permutations=permutations if key == "evaluation" else 0)
         d = res.to_dict()
         entry = {"summary": d["summary"], "rows": d["rows"], "per_question": d["per_question"],
-                 "per_question_metrics": question_metrics(d["per_question"], k)}
+                 "per_question_metrics": question_metrics(res, k)}
         rec.setdefault("sweeps", {})[label] = entry
         write_result(out, result)
         return entry

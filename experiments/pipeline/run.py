@@ -39,7 +39,8 @@ from ragkit.datasets import data_path, load_dataset
 from ragkit.eval.harness import gpu_epilog, rel, resolve_recorded, study_config, study_main, write_result
 from ragkit.eval.runner import EvalConfig, run_eval, select_questions
 
-LABEL_FREE_RERANKERS = ("upr", "icr", "moi", "moi@prune", "moi_prior", "psc_borda")
+LABEL_FREE_RERANKERS = ("upr", "icr", "moi", "moi@prune", "moi_masked", "moi_masked@prune", "moi_prior",
+                        "psc_borda")
 """Methods that rerank without labels (the candidates for "the best label-free ragkit reranker")."""
 
 
@@ -142,9 +143,10 @@ def utility_fidelity(outputs: list[dict[str, Any]], exact: str = "moi", approx: 
             else None, f"top{k}_agreement": float(np.mean(agree)), "questions": len(qids)}
 
 
-STUDY_CONTRASTS = (("moi@prune", "moi"), ("moi", "upr"), ("moi_masked", "moi"), ("icr", "upr"))
-"""Pairs the page reports beside the headline: prune against plain top K, MoI against UPR (what the
-interventions add), the masked estimator against exact leave-one-out, ICR against UPR."""
+STUDY_CONTRASTS = (("moi@prune", "moi"), ("moi_masked@prune", "moi_masked"), ("moi", "upr"),
+                   ("moi_masked", "upr"), ("moi_masked", "moi"), ("icr", "upr"))
+"""Pairs the page reports beside the headline: prune against plain top K, MoI (exact or masked) against
+UPR (what the interventions add), the masked estimator against exact leave-one-out, ICR against UPR."""
 
 
 def study_contrasts(outputs: list[dict[str, Any]], metrics: list[str], seed: int = 0, n_boot: int = 2000

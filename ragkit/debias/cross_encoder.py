@@ -87,14 +87,11 @@ class CrossEncoderReranker(Reranker):
         encoder, and their padded / real token counts (``padded_tokens / real_tokens`` is the
         padding overhead).
     docs_truncated, docs_chunked
-        Running totals of documents that were truncated / scored as several chunks.
+        Running totals of documents that were truncated / scored as several chunks (metrics; each
+        query's own counts come back with its ranking, in ``info.details["long_docs"]``).
     calibration
         A :class:`~ragkit.debias.calibration.PlattCalibration` of the raw scores (read from the
         model folder's ``ragkit_calibration.json``), or ``None``.
-    last_long_docs
-        One :class:`~ragkit.debias.long_docs.LongDocStats` per query of the last :meth:`rank_many`
-        call (documents, truncated, chunked, encoder sequences). A diagnostic of the last call,
-        not thread-safe.
 
     Examples
     --------
@@ -126,7 +123,6 @@ class CrossEncoderReranker(Reranker):
         self.forward_cost_tokens = forward_cost_tokens
         self.long_docs = long_docs
         self.calibration: PlattCalibration | None = None  # raw score -> P(relevant); ragkit serve reports it
-        self.last_long_docs: list[LongDocStats] = []
         self._reset_counters()
 
     @property
@@ -208,7 +204,6 @@ class CrossEncoderReranker(Reranker):
     def _reset_counters(self) -> None:
         self.forward_passes = self.pairs_requested = self.pairs_scored = 0
         self.padded_tokens = self.real_tokens = self.docs_truncated = self.docs_chunked = 0
-        self.last_long_docs = []
 
     def score_pairs(self, queries: Sequence[str], passages: Sequence[Sequence[Passage]]) -> list[np.ndarray]:
         """Raw scores, one array per query, from ONE batched ``predict`` over all pairs (no deduplication
@@ -285,9 +280,9 @@ class CrossEncoderReranker(Reranker):
         self.pairs_requested += sum(len(r) for r in rows)
         self.pairs_scored += len(cut.units)
         self.real_tokens += sum(lengths)
-        self.last_long_docs = [cut.stats(r) for r in rows]
-        self.docs_truncated += sum(s.truncated for s in self.last_long_docs)
-        self.docs_chunked += sum(s.chunked for s in self.last_long_docs)
+        total = sum((cut.stats(r) for r in rows), LongDocStats())
+        self.docs_truncated += total.truncated
+        self.docs_chunked += total.chunked
         return [RankedList.from_scores(ps, flat[r].tolist(), q, RankInfo(forward_passes=len(cut.units),
                                                                            details={"long_docs": cut.details(r)}))
                 for q, ps, r in zip(queries, passages, rows)]

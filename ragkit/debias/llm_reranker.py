@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from ragkit.batching import length_buckets
-from ragkit.debias.long_docs import CutPairs, LongDocs, LongDocStats, cut_pairs
+from ragkit.debias.long_docs import CutPairs, LongDocs, cut_pairs
 from ragkit.io import progress
 from ragkit.reranking import Reranker
 from ragkit.types import Passage, Query, RankedList, RankInfo
@@ -63,10 +63,12 @@ class LLMReranker(Reranker):
 
     Attributes
     ----------
-    last_long_docs
-        One :class:`~ragkit.debias.long_docs.LongDocStats` per query of the last :meth:`rank_many`.
     forward_passes
         Prompts scored so far.
+
+    What the long-document rule did to each query's documents is returned with its ranking, in
+    ``info.details["long_docs"]`` (:meth:`ragkit.debias.long_docs.CutPairs.details`), not kept on the
+    reranker, so that concurrent callers each see their own counts.
     """
 
     name = "llm"
@@ -93,7 +95,6 @@ class LLMReranker(Reranker):
                              "yes/no reranker")
         self._head, self._tail = self._template()
         self.forward_passes = 0
-        self.last_long_docs: list[LongDocStats] = []
 
     @classmethod
     def from_pretrained(cls, name_or_path: str, *, device: str = "auto", dtype: str | None = "auto",
@@ -178,7 +179,6 @@ class LLMReranker(Reranker):
             cut = CutPairs(pairs, [0] * len(pairs), [[i] for i in range(len(pairs))], [False] * len(pairs))
         units = self.score_texts([self.prompt(q, d) for q, d in cut.units])
         flat = np.asarray(cut.aggregate(units), dtype=np.float32)
-        self.last_long_docs = [cut.stats(r) for r in rows]
         return [RankedList.from_scores(ps, flat[r].tolist(), q, RankInfo(forward_passes=len(cut.units),
                                                                            details={"long_docs": cut.details(r)}))
                 for q, ps, r in zip(queries, passages, rows)]

@@ -418,6 +418,7 @@ class Method:
         scores: Sequence[Sequence[float] | None] | None = None,
         answers: Sequence[Sequence[str]] | None = None,
         generate_answer: bool = True,
+        rankings: Sequence[RankedList] | None = None,
     ) -> list[MethodOutput]:
         """Rank, place and answer several queries (each step one batched call).
 
@@ -434,15 +435,50 @@ class Method:
             :attr:`needs_answers` (an oracle), never to the answerer.
         generate_answer
             Run the answerer (else the outputs have ``answer=None``).
+        rankings
+            Per query, a ranking of the same passages already computed by this reranker (with the
+            same settings), e.g. by :meth:`rank_many` or by a method that differs from this one only
+            in placement; the reranker is then not run and only placement and answering are. The
+            rankings are used as given: a ranking of other settings gives another method's result.
         """
+        queries, ps = self._inputs(questions, passages, answers)
+        if generate_answer and self.answerer is None:
+            raise ValueError(f"method {self.name!r} has no answerer; build it with a generator "
+                             "(get_method(name, generator)) or pass generate_answer=False")
+        if rankings is None:
+            rankings = self._rank(queries, ps, scores)
+        elif len(rankings) != len(queries):
+            raise ValueError(f"{len(queries)} questions but {len(rankings)} precomputed rankings")
+        return self._place_and_answer(queries, ps, list(rankings), generate_answer)
+
+    def rank_many(
+        self,
+        questions: Sequence[str | Query],
+        passages: Sequence[Sequence[Passage | str]],
+        scores: Sequence[Sequence[float] | None] | None = None,
+        answers: Sequence[Sequence[str]] | None = None,
+    ) -> list[RankedList]:
+        """The reranker's step of :meth:`run_many` alone: one ranking per query (arguments as there).
+
+        ``run_many(..., rankings=rank_many(...))`` gives what ``run_many(...)`` gives; splitting
+        the two lets a caller meter them apart or hand the rankings to a method that places them
+        differently.
+        """
+        queries, ps = self._inputs(questions, passages, answers)
+        return self._rank(queries, ps, scores)
+
+    def _inputs(
+        self,
+        questions: Sequence[str | Query],
+        passages: Sequence[Sequence[Passage | str]],
+        answers: Sequence[Sequence[str]] | None,
+    ) -> tuple[list[Query], list[list[Passage]]]:
+        """The queries (with reference answers only for an oracle reranker) and passage lists, checked."""
         n = len(questions)
         if len(passages) != n:
             raise ValueError(f"{n} questions but {len(passages)} passage lists")
         if answers is not None and len(answers) != n:
             raise ValueError(f"{n} questions but {len(answers)} answer lists")
-        if generate_answer and self.answerer is None:
-            raise ValueError(f"method {self.name!r} has no answerer; build it with a generator "
-                             "(get_method(name, generator)) or pass generate_answer=False")
         queries = []
         for i, q in enumerate(questions):
             text = q.text if isinstance(q, Query) else str(q)
@@ -452,11 +488,18 @@ class Method:
         if self.needs_answers and not all(q.answers for q in queries):
             raise ValueError(f"method {self.name!r} ranks with the gold answers (an oracle); pass answers= "
                              "with at least one reference answer per question")
-        ps = [as_passages(p) for p in passages]
+        return queries, [as_passages(p) for p in passages]
+
+    def _rank(self, queries: list[Query], ps: list[list[Passage]],
+              scores: Sequence[Sequence[float] | None] | None) -> list[RankedList]:
         rankings = self.reranker.rank_many(queries, ps, scores)
         if len(rankings) != len(queries):  # never zip a short answer away
             raise RuntimeError(f"{type(self.reranker).__name__} returned {len(rankings)} rankings "
                                f"for {len(queries)} queries")
+        return rankings
+
+    def _place_and_answer(self, queries: list[Query], ps: list[list[Passage]], rankings: list[RankedList],
+                          generate_answer: bool) -> list[MethodOutput]:
         outs: list[MethodOutput] = []
         for q, p, rk in zip(queries, ps, rankings):
             idx = _indices(rk, p)

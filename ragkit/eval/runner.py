@@ -20,6 +20,18 @@ open meters (:func:`ragkit.generation.base.metered`); the runner meters each chu
 and gives every question of the chunk the chunk's mean (exact totals and means;
 ``chunk_size=1`` for exact per-question numbers).
 
+Shared rankings: a method that differs from another of the run only in placement (``moi@prune``
+beside ``moi``, with the same reranker settings: :func:`ranking_sources`) does not rank again; it
+places and answers from the ranking its source computed for the same question and candidates
+(the reranker is deterministic given the seed, so the rows are the ones a separate run gives).
+The sources run first. The ledger stays honest about what each row costs on its own: the rows of
+a source and of a method that reuses it carry ``ranking_cost`` (the ranking's share of the chunk's
+model work and seconds, metered apart from placement and answering, with the reranker's generator
+sequences), and a reusing row's ``cost`` is its source's ``ranking_cost`` plus its own placement and
+answer, with ``ranking_reused_from`` naming the source. A reusing row ranks for itself (and carries
+no ``ranking_reused_from``) when its source's ranking is not in this process's memory, as when the
+source's rows were resumed from the partial file.
+
 Resumability: every finished (method, question) output is appended (fsync'd) to
 ``<out>.partial.jsonl``; the first line of that file fingerprints the configuration. A restarted
 run with the same configuration skips finished items, so it ends with the same per-question
@@ -69,6 +81,7 @@ __all__ = [
     "pipeline_corpus",
     "select_questions",
     "split_method",
+    "ranking_sources",
     "add_ranking_metrics",
     "metric_names",
     "aggregate",
@@ -347,6 +360,31 @@ def _method(name: str, generator: Any, cfg: EvalConfig) -> Method:
         kw["device"] = cfg.device
     kw.update(cfg.method_kwargs.get(name, {}))
     return get_method(base, generator, **kw)
+
+
+_PLACEMENT_ONLY_KW: tuple[str, ...] = ("placement", "top_k")
+"""Method settings that act after the reranker (:func:`ragkit.debias.presets.get_method` takes them off
+before it builds the reranker); any other setting may change the ranking."""
+
+
+def ranking_sources(cfg: EvalConfig) -> dict[str, str]:
+    """``{method: base}`` for each ``BASE@PLACEMENT`` of ``cfg.methods`` that can reuse ``BASE``'s rankings.
+
+    ``moi@prune`` runs the same reranker as ``moi`` and only places its ranking differently, so when
+    both are listed and their settings (``cfg.method_kwargs``) agree on everything but
+    placement-only keys (``placement``, ``top_k``), ``moi@prune`` takes ``moi``'s ranking of the same
+    question instead of running the reranker again (:func:`run_eval`). Differing settings (another
+    ``blend``, ``profile``, ...) could change the ranking, so those methods rank for themselves.
+    """
+    def reranker_kw(name: str) -> dict[str, Any]:
+        return {k: v for k, v in (cfg.method_kwargs.get(name) or {}).items() if k not in _PLACEMENT_ONLY_KW}
+
+    out: dict[str, str] = {}
+    for m in cfg.methods:
+        base, placement = split_method(m)
+        if placement is not None and base in cfg.methods and reranker_kw(m) == reranker_kw(base):
+            out[m] = base
+    return out
 
 
 LEDGER_KEYS: tuple[str, ...] = ("generator_calls", "forwards", "tokens_prefilled", "tokens_generated", "seconds")
@@ -635,6 +673,12 @@ def run_eval(
         the number of items appended so far in this call; an exception it raises stops the run,
         which a later call resumes.
 
+    Notes
+    -----
+    Methods run in ``cfg.methods`` order, except that a method whose rankings another reuses
+    (:func:`ranking_sources`) runs before it; the reusing rows' ``cost`` includes the reused
+    ranking's ``ranking_cost`` (see the module docstring).
+
     Returns
     -------
     dict
@@ -709,28 +753,51 @@ def run_eval(
     bar: Any = progress(iter(()), show=show_progress if n_todo else False, desc="eval", unit="q", total=n_todo,
                         smoothing=0.0, delay=0)
     bar_update = getattr(bar, "update", None)
-    for m in cfg.methods:
+    sources = ranking_sources(cfg)
+    # rankings of a source method kept for the methods that reuse them: {source: {qid: (ranking, ranking_cost)}}
+    kept: dict[str, dict[str, tuple[RankedList, dict[str, Any]]]] = {b: {} for b in sources.values()}
+    # a source ranks before the methods that reuse it (the report keeps cfg.methods' order)
+    for m in [m for m in cfg.methods if m not in sources] + [m for m in cfg.methods if m in sources]:
         items = todo[m]
         if not items:
             continue
         method = _method(m, generator, cfg)
+        cache = kept.get(sources.get(m, ""), {})
         for start in range(0, len(items), cfg.chunk_size):
             chunk = items[start : start + cfg.chunk_size]
             cands = [cands_by_id[r.id] for r in chunk]
+            args = (
+                [r.query for r in chunk],
+                [c.passages() for c in cands],
+                # the dataset's order has no retriever scores (its k..1 only sort it): MoI's
+                # blend="auto" then leaves an order that may be random (HotpotQA) unblended
+                None if cfg.retriever == "given" else [c.scores() for c in cands],
+                # gold answers reach only oracle rerankers (moi_gold), never the answerer
+                [list(r.answers) for r in chunk] if method.needs_answers else None,
+            )
+            # reuse only whole chunks, so a ranking is always one of a batch cut as a run without reuse cuts it
+            reused = bool(cache) and all(r.id in cache for r in chunk)
             tc = time.perf_counter()
             with metered() as meter:  # this run's model work only (meters are per context)
-                outs = method.run_many(
-                    [r.query for r in chunk],
-                    [c.passages() for c in cands],
-                    # the dataset's order has no retriever scores (its k..1 only sort it): MoI's
-                    # blend="auto" then leaves an order that may be random (HotpotQA) unblended
-                    None if cfg.retriever == "given" else [c.scores() for c in cands],
-                    # gold answers reach only oracle rerankers (moi_gold), never the answerer
-                    [list(r.answers) for r in chunk] if method.needs_answers else None,
-                    True,
-                )
+                with metered() as rank_meter:  # nested: the ranking's share of it
+                    rankings = [cache[r.id][0] for r in chunk] if reused else method.rank_many(*args)
+                rank_s = time.perf_counter() - tc
+                outs = method.run_many(*args, True, rankings=rankings)
             cost = _chunk_cost(meter, time.perf_counter() - tc, len(chunk))
             rows = [_row(m, r, c, o, dataset, cost) for r, c, o in zip(chunk, cands, outs)]
+            if m in kept or m in sources:
+                rank_cost = _chunk_cost(rank_meter, rank_s, len(chunk))
+                for r, row, rk in zip(chunk, rows, rankings):
+                    if reused:  # the ledger charges the ranking this row stands on, then its own placement + answer
+                        row["ranking_cost"] = base_cost = cache[r.id][1]
+                        row["ranking_reused_from"] = sources[m]
+                        row["cost"].update({key: round(row["cost"][key] + base_cost[key], 4 if key == "seconds" else 2)
+                                            for key in LEDGER_KEYS[1:]})
+                        row["seconds"] = row["cost"]["seconds"]
+                    else:
+                        row["ranking_cost"] = {"generator_calls": int(rk.info.generator_calls), **rank_cost}
+                    if m in kept:
+                        kept[m][r.id] = (rk, row["ranking_cost"])
             append_jsonl(partial, rows)
             for row in rows:
                 done[(m, row["qid"])] = row
@@ -743,6 +810,7 @@ def run_eval(
             profiles[m] = method.profiles_used()
     if hasattr(bar, "close"):
         bar.close()
+    profiles = {m: profiles[m] for m in cfg.methods if m in profiles}
 
     rows_final = [done[(m, r.id)] for m in cfg.methods for r in recs]
     add_ranking_metrics(rows_final, cfg.k)

@@ -144,7 +144,8 @@ def gap_bootstrap(sweeps: Mapping[str, Mapping[str, Any]], n_boot: int = 1000, s
 
 
 def seed_question_bootstrap(a: Mapping[Any, Sequence[float]], b: Mapping[Any, Sequence[float]] | None = None,
-                            n_boot: int = 2000, seed: int = 0, alpha: float = 0.05) -> dict[str, float]:
+                            n_boot: int = 2000, seed: int = 0, alpha: float = 0.05,
+                            levels: Mapping[str, float] | None = None) -> dict[str, float]:
     """Mean of an arm (or the paired difference of two arms) with an interval over seeds AND questions.
 
     ``a[s][i]`` is arm A's score on question ``i`` when trained with seed ``s`` (every seed scores
@@ -155,18 +156,22 @@ def seed_question_bootstrap(a: Mapping[Any, Sequence[float]], b: Mapping[Any, Se
     the interval carries training noise as well as question noise; with one seed per arm it is the
     ordinary paired bootstrap over questions.
 
+    ``levels`` names further ``alpha`` values read off the SAME resamples, e.g.
+    ``{"bonferroni": 0.05 / m}`` for simultaneous intervals over ``m`` contrasts: each adds
+    ``lo_<name>`` and ``hi_<name>``, so the intervals of one call are nested and cost one bootstrap.
+
     Returns
     -------
     dict
         ``{"mean", "lo", "hi", "p", "n_questions", "n_seeds_a", "n_seeds_b"}``: the point value, the
         percentile ``1 − alpha`` interval, and the two-sided bootstrap p-value of "no difference"
         (``2 · min(P*(stat ≤ 0), P*(stat ≥ 0))``, at least ``1 / (n_boot + 1)``), the input of
-        :func:`holm`.
+        :func:`holm`; with ``lo_<name>``/``hi_<name>`` for each of ``levels``.
 
     Raises
     ------
     ValueError
-        No seed, or seeds that score different numbers of questions.
+        No seed, seeds that score different numbers of questions, or a level outside (0, 1).
     """
     def _matrix(arm: Mapping[Any, Sequence[float]], name: str) -> np.ndarray:
         if not arm:
@@ -191,9 +196,15 @@ def seed_question_bootstrap(a: Mapping[Any, Sequence[float]], b: Mapping[Any, Se
         boots = boots - np.array([mb[sb[r]][:, q_idx[r]].mean() for r in range(n_boot)])
         point -= float(mb.mean())
     p = 2.0 * min(np.mean(boots <= 0), np.mean(boots >= 0))
-    return {"mean": point, "lo": float(np.quantile(boots, alpha / 2)), "hi": float(np.quantile(boots, 1 - alpha / 2)),
-            "p": float(min(1.0, max(p, 1.0 / (n_boot + 1)))), "n_questions": int(n_q),
-            "n_seeds_a": int(ma.shape[0]), "n_seeds_b": int(mb.shape[0]) if mb is not None else 0}
+    out = {"mean": point, "lo": float(np.quantile(boots, alpha / 2)), "hi": float(np.quantile(boots, 1 - alpha / 2)),
+           "p": float(min(1.0, max(p, 1.0 / (n_boot + 1)))), "n_questions": int(n_q),
+           "n_seeds_a": int(ma.shape[0]), "n_seeds_b": int(mb.shape[0]) if mb is not None else 0}
+    for name, lvl in (levels or {}).items():
+        if not 0.0 < lvl < 1.0:
+            raise ValueError(f"levels[{name!r}] = {lvl}: an alpha must lie strictly between 0 and 1")
+        out[f"lo_{name}"] = float(np.quantile(boots, lvl / 2))
+        out[f"hi_{name}"] = float(np.quantile(boots, 1 - lvl / 2))
+    return out
 
 
 def contrast_family(pairs: Mapping[str, tuple[Mapping[Any, Sequence[float]], Mapping[Any, Sequence[float]]]],
@@ -203,13 +214,11 @@ def contrast_family(pairs: Mapping[str, tuple[Mapping[Any, Sequence[float]], Map
     ``pairs[name] = (a, b)`` holds the two arms' per-seed, per-question scores. Every contrast gets
     its own ``1 − alpha`` interval (``lo``, ``hi``) and p-value, the Holm-adjusted p-value over the
     ``m`` contrasts (``p_holm``, :func:`holm`), and the Bonferroni-widened interval at ``1 − alpha/m``
-    (``lo_bonferroni``, ``hi_bonferroni``): simultaneous coverage, so "the corrected interval is
-    above 0" can be read off one contrast.
+    (``lo_bonferroni``, ``hi_bonferroni``, read off the same resamples): simultaneous coverage, so
+    "the corrected interval is above 0" can be read off one contrast.
     """
-    out = {n: seed_question_bootstrap(a, b, n_boot=n_boot, seed=seed, alpha=alpha) for n, (a, b) in pairs.items()}
-    if out:
-        adj = holm({n: v["p"] for n, v in out.items()})
-        for n, (a, b) in pairs.items():
-            wide = seed_question_bootstrap(a, b, n_boot=n_boot, seed=seed, alpha=alpha / len(out))
-            out[n].update(p_holm=adj[n], lo_bonferroni=wide["lo"], hi_bonferroni=wide["hi"])
+    out = {n: seed_question_bootstrap(a, b, n_boot=n_boot, seed=seed, alpha=alpha,
+                                      levels={"bonferroni": alpha / len(pairs)}) for n, (a, b) in pairs.items()}
+    for n, p in holm({n: v["p"] for n, v in out.items()}).items():
+        out[n]["p_holm"] = p
     return out

@@ -101,7 +101,11 @@ class SweepResult:
 
     ``rows``: one dict per (setting, k, slot) with ``subspan_em`` and ``logprob`` means;
     ``per_question``: the raw values, with the context's ``passage_ids`` in prompt order and the
-    ``gold_id``; ``summary``: per k the worst slot and best−worst gaps.
+    ``gold_id``; ``summary``: per k the worst slot and best−worst gaps; ``per_question_metrics``:
+    per k and question id, the values the summary averages (``subspan_em`` and ``logprob``: means
+    over the gold slots; ``subspan_em_spread`` and ``logprob_spread``: ``max − min`` over the slots,
+    NaN with fewer than two; ``psr``: 1.0 when the greedy answer changed across the random orders,
+    NaN without permutations), so that a study pairs questions across models without recomputing them.
     """
 
     model: str
@@ -112,6 +116,7 @@ class SweepResult:
     per_question: list[dict[str, Any]] = field(default_factory=list)
     summary: dict[str, Any] = field(default_factory=dict)
     config: dict[str, Any] = field(default_factory=dict)
+    per_question_metrics: dict[int, dict[str, dict[str, float]]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict."""
@@ -124,6 +129,7 @@ class SweepResult:
             "summary": self.summary,
             "config": self.config,
             "per_question": self.per_question,
+            "per_question_metrics": {str(k): v for k, v in self.per_question_metrics.items()},
         }
 
     def row(self, setting: str, k: int | None = None, slot: int | None = None) -> dict[str, Any]:
@@ -330,7 +336,9 @@ def position_sweep(
             }
         )
     summary: dict[str, Any] = {}
+    per_q_metrics: dict[int, dict[str, dict[str, float]]] = {}
     for kk in ks:
+        per_q_metrics[kk] = _question_metrics(settings, [r.id for r in recs], em, lp, preds, kk)
         rs = [r for r in rows if r["setting"] == "slot" and r["k"] == kk]
         entry: dict[str, Any] = {}
         for key in ("subspan_em", "logprob"):
@@ -344,10 +352,10 @@ def position_sweep(
                 "best_slot": rs[best]["slot"],
                 "best": float(vals[best]),
                 "gap": float(vals[best] - vals[worst]),
-                "spread": _mean_spread(settings, em if key == "subspan_em" else lp, kk),
+                "spread": _nan_mean([q[f"{key}_spread"] for q in per_q_metrics[kk].values()]),
             }
         if permutations:
-            entry["psr"] = _permutation_sensitivity(settings, preds, kk)
+            entry["psr"] = _nan_mean([q["psr"] for q in per_q_metrics[kk].values()])
         summary[str(kk)] = entry
     per_q = [per_question_row(j) for j in range(len(settings))]
     return SweepResult(
@@ -359,23 +367,49 @@ def position_sweep(
         per_question=per_q,
         summary=summary,
         config=config,
+        per_question_metrics=per_q_metrics,
     )
 
 
-def _mean_spread(settings: Sequence[tuple], values: np.ndarray, k: int) -> float:
-    """Mean over questions of ``max − min`` of one outcome across the gold slots of context size ``k``."""
+def _nan_mean(values: Sequence[float]) -> float:
+    """Mean of the finite values (NaN when there is none)."""
+    x = [v for v in values if np.isfinite(v)]
+    return float(np.mean(x)) if x else float("nan")
+
+
+def _question_spreads(settings: Sequence[tuple], values: np.ndarray, k: int) -> dict[int, float]:
+    """Per question index: ``max − min`` of one outcome across the gold slots of context size ``k``
+    (questions with fewer than two finite values are left out)."""
     by_q: dict[int, list[float]] = {}
     for j, (i, st, kk, *_rest) in enumerate(settings):
         if st == "slot" and kk == k and np.isfinite(values[j]):
             by_q.setdefault(i, []).append(float(values[j]))
-    spreads = [max(v) - min(v) for v in by_q.values() if len(v) > 1]
-    return float(np.mean(spreads)) if spreads else float("nan")
+    return {i: max(v) - min(v) for i, v in by_q.items() if len(v) > 1}
 
 
-def _permutation_sensitivity(settings: Sequence[tuple], preds: Sequence[str], k: int) -> float:
-    """Share of questions whose normalised greedy answer differs among the random orders of size ``k``."""
+def _answer_changed(settings: Sequence[tuple], preds: Sequence[str], k: int) -> dict[int, float]:
+    """Per question index with random orders of size ``k``: 1.0 when its normalised greedy answer
+    is not the same in all of them, else 0.0."""
     by_q: dict[int, set[str]] = {}
     for j, (i, st, kk, *_rest) in enumerate(settings):
         if st == "permutation" and kk == k:
             by_q.setdefault(i, set()).add(normalize_answer(preds[j]))
-    return float(np.mean([len(v) > 1 for v in by_q.values()])) if by_q else float("nan")
+    return {i: float(len(v) > 1) for i, v in by_q.items()}
+
+
+def _question_metrics(settings: Sequence[tuple], qids: Sequence[str], em: np.ndarray, lp: np.ndarray,
+                      preds: Sequence[str], k: int) -> dict[str, dict[str, float]]:
+    """:attr:`SweepResult.per_question_metrics` of context size ``k``, keyed by question id."""
+    slot_js: dict[int, list[int]] = {}
+    for j, (i, st, kk, *_rest) in enumerate(settings):
+        if st == "slot" and kk == k:
+            slot_js.setdefault(i, []).append(j)
+    spreads = {"subspan_em_spread": _question_spreads(settings, em, k),
+               "logprob_spread": _question_spreads(settings, lp, k)}
+    changed = _answer_changed(settings, preds, k)
+    nan = float("nan")
+    return {qids[i]: {"subspan_em": _nan_mean([float(em[j]) for j in js]),
+                      "logprob": _nan_mean([float(lp[j]) for j in js]),
+                      **{name: by_q.get(i, nan) for name, by_q in spreads.items()},
+                      "psr": changed.get(i, nan)}
+            for i, js in sorted(slot_js.items())}

@@ -57,8 +57,8 @@ def test_long_documents_and_registry(reranker: Any, tiny_lm_dir: Path) -> None:
     long_doc = " ".join(["the castle wall is old"] * 400)
     rr = get_reranker(f"llm:{tiny_lm_dir}", device="cpu", dtype="float32", max_length=1024,
                       long_docs=LongDocs(max_tokens_per_doc=40))
-    rr.rank(QUERY, [long_doc, "x"])
-    assert rr.last_long_docs[0].truncated == 1 and rr.last_long_docs[0].documents == 2
+    stats = rr.rank(QUERY, [long_doc, "x"]).info.details["long_docs"]
+    assert stats["truncated"] == 1 and stats["documents"] == 2 and stats["per_document"]["truncated"] == [True, False]
     with pytest.raises(TypeError, match="takes no"):
         get_reranker(f"llm:{tiny_lm_dir}", seed=3)
     with pytest.raises(ValueError, match="names no model"):

@@ -107,21 +107,22 @@ def test_chunked_end_of_document_counts(model: Any) -> None:
     plain = CrossEncoderReranker(model)
     chunked = CrossEncoderReranker(model, long_docs=LongDocs(chunking="max"))
     r_plain = plain.rank(QUERY, docs)
-    assert plain.last_long_docs == [LongDocStats(documents=3, truncated=1, chunked=0, sequences=3)]
+    assert LongDocStats(**{k: v for k, v in r_plain.info.details["long_docs"].items() if k != "per_document"}) == \
+        LongDocStats(documents=3, truncated=1, chunked=0, sequences=3)
     # truncated: the long document reads as its beginning, the same text as the filler alone
     assert dict(zip(r_plain.ids(), r_plain.scores()))["1"] == pytest.approx(
         float(plain.score_pairs([QUERY], [[_p(plain.cut([(QUERY, long_doc)]).units[0][1])]])[0][0]), abs=1e-5)
     r = chunked.rank(QUERY, docs)
-    stats = chunked.last_long_docs[0]
-    assert (stats.documents, stats.truncated, stats.chunked) == (3, 0, 1) and stats.sequences > 3
+    stats = r.info.details["long_docs"]
+    assert (stats["documents"], stats["truncated"], stats["chunked"]) == (3, 0, 1) and stats["sequences"] > 3
     cut = chunked.cut([(QUERY, long_doc)])
     scores = plain.score_pairs([QUERY], [[_p(t) for _, t in cut.units]])[0]
     assert dict(zip(r.ids(), r.scores()))["1"] == pytest.approx(float(np.max(scores)), abs=1e-5)
     assert cut.units[-1][1].endswith(ANSWER)  # the last chunk ends at the document's end
     assert (chunked.docs_chunked, chunked.docs_truncated, plain.docs_truncated) == (1, 0, 1)
     # merged queries keep their own counts
-    chunked.rank_many([QUERY, "capital of France"], [docs, docs[2:]])
-    assert [s.chunked for s in chunked.last_long_docs] == [1, 0]
+    merged = chunked.rank_many([QUERY, "capital of France"], [docs, docs[2:]])
+    assert [m.info.details["long_docs"]["chunked"] for m in merged] == [1, 0]
 
 
 def test_huge_documents_are_cut_before_tokenising(model: Any) -> None:

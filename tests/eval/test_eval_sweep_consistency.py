@@ -178,17 +178,18 @@ def test_sweep_plot_names_a_local_model_file_by_its_name(tmp_path):
 
 
 def test_spread_and_permutation_sensitivity_by_hand() -> None:
-    from ragkit.eval.sweep import _mean_spread, _permutation_sensitivity
+    from ragkit.eval.sweep import _answer_changed, _question_spreads
 
     # question 0: slots 1, 3, 2 -> spread 2; question 1: slots 5, 5, 4 -> spread 1; a k=4 row is ignored
     settings = [(0, "slot", 3, s, None, []) for s in range(3)] + [(1, "slot", 3, s, None, []) for s in range(3)]
     settings += [(0, "slot", 4, 0, None, []), (0, "oracle", None, None, None, [])]
     vals = np.array([1.0, 3.0, 2.0, 5.0, 5.0, 4.0, 100.0, -100.0])
-    assert _mean_spread(settings, vals, 3) == pytest.approx(1.5)
+    assert _question_spreads(settings, vals, 3) == pytest.approx({0: 2.0, 1: 1.0})
+    assert _question_spreads(settings, vals, 4) == {}  # one slot: no spread
     # question 0 answers "Paris" / "paris." (same after normalisation); question 1 changes its answer
     perm = [(0, "permutation", 3, None, 0, []), (0, "permutation", 3, None, 1, []),
             (1, "permutation", 3, None, 0, []), (1, "permutation", 3, None, 1, [])]
-    assert _permutation_sensitivity(perm, ["Paris", "paris.", "Rome", "Milan"], 3) == pytest.approx(0.5)
+    assert _answer_changed(perm, ["Paris", "paris.", "Rome", "Milan"], 3) == {0: 0.0, 1: 1.0}
 
 
 def test_position_sweep_permutations(tiny_gen, shared_data: Path, tmp_path: Path) -> None:
@@ -213,6 +214,15 @@ def test_position_sweep_permutations(tiny_gen, shared_data: Path, tmp_path: Path
             by_q.setdefault(r["qid"], []).append(r["logprob"])
     assert s["logprob"]["spread"] == pytest.approx(np.mean([max(v) - min(v) for v in by_q.values()]))
     assert s["logprob"]["spread"] >= s["logprob"]["gap"] - 1e-9  # a mean of spreads bounds the spread of means
+    # the per-question values the summary averages come back with the result
+    pqm = res.per_question_metrics[4]
+    assert sorted(pqm) == sorted(by_q)
+    for q, v in by_q.items():
+        assert pqm[q]["logprob_spread"] == pytest.approx(max(v) - min(v))
+        assert pqm[q]["logprob"] == pytest.approx(np.mean(v))
+    assert [pqm[q]["psr"] for q in sorted(pqm)] == [float(c) for c in changed]
+    assert np.mean([q["subspan_em_spread"] for q in pqm.values()]) == pytest.approx(s["subspan_em"]["spread"])
+    assert res.to_dict()["per_question_metrics"]["4"] == pqm
     # resuming reads every row back (permutation rows keyed by their order)
     again = position_sweep(tiny_gen, pool[:3], k=4, pool=pool, seed=2, max_new_tokens=3, permutations=3, partial=part)
     assert [r["prediction"] for r in again.per_question] == [r["prediction"] for r in res.per_question]

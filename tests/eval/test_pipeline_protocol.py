@@ -113,6 +113,79 @@ def test_interrupted_run_resumes_to_the_same_rows(hotpot_file: Path, tiny_gen, t
     assert strip(resumed["outputs"]) == strip(full["outputs"])
 
 
+_SAME = ("ranking", "order", "prompt", "prediction", "utilities", "fallback", "abstain", "harmful", "candidates")
+
+
+def _rows(rep: dict, method: str) -> dict:
+    return {r["qid"]: r for r in rep["outputs"] if r["method"] == method}
+
+
+def test_placement_variant_reuses_the_base_ranking(hotpot_file: Path, tiny_gen, tmp_path: Path) -> None:
+    """``moi@prune`` beside ``moi`` places and answers from ``moi``'s ranking: the rows a separate
+    ``moi@prune`` run gives, at the cost of one ranking, with the ranking still in its ledger."""
+    from ragkit.generation.base import metered
+
+    kw = dict(limit=3, chunk_size=2, method_kwargs={"moi": {"blend": 0}, "moi@prune": {"blend": 0}})
+    with metered() as work:
+        both = run_eval(_cfg(hotpot_file, methods=("moi", "moi@prune"), **kw), out=tmp_path / "both.json",
+                        generator=tiny_gen, show_progress=False)
+    alone = run_eval(_cfg(hotpot_file, methods=("moi@prune",), **kw), out=tmp_path / "alone.json",
+                     generator=tiny_gen, show_progress=False)
+    base, reused, solo = _rows(both, "moi"), _rows(both, "moi@prune"), _rows(alone, "moi@prune")
+    assert list(reused) == list(solo) and len(solo) == 3
+    for q, r in reused.items():
+        assert r["utilities"] and "abstain" in r
+        assert {f: r.get(f) for f in _SAME} == {f: solo[q].get(f) for f in _SAME}
+        assert r["ranking"] == base[q]["ranking"] and r["utilities"] == base[q]["utilities"]
+        assert r["ranking_reused_from"] == "moi" and "ranking_reused_from" not in solo[q]
+        # the ledger: the base's ranking share, plus this row's own answer; as much work as ranking anew
+        assert r["ranking_cost"] == base[q]["ranking_cost"]
+        rc = r["ranking_cost"]
+        assert 0 < rc["tokens_prefilled"] < base[q]["cost"]["tokens_prefilled"]
+        assert rc["generator_calls"] == 9 and r["cost"]["generator_calls"] == solo[q]["cost"]["generator_calls"] == 10
+        for key in ("forwards", "tokens_prefilled", "tokens_generated"):
+            assert r["cost"][key] > rc[key] or key == "tokens_generated"
+            assert r["cost"][key] == pytest.approx(solo[q]["cost"][key], abs=0.011)
+        assert r["seconds"] == r["cost"]["seconds"] >= rc["seconds"]
+    # the model work actually done: the rows' ledgers count the ranking twice, the run did it once
+    charged = sum(r["cost"]["tokens_prefilled"] for r in both["outputs"])
+    once = charged - sum(r["ranking_cost"]["tokens_prefilled"] for r in reused.values())
+    assert work.tokens_prefilled == pytest.approx(once, abs=1) and work.tokens_prefilled < charged - 100
+
+
+def test_ranking_reuse_needs_the_same_reranker_settings(hotpot_file: Path) -> None:
+    from ragkit.eval.runner import ranking_sources
+
+    methods = ("none", "moi@prune", "moi", "upr@both_ends", "moi_loo@prune")
+    assert ranking_sources(_cfg(hotpot_file, methods=methods)) == {"moi@prune": "moi"}
+    same = {"moi": {"blend": 0}, "moi@prune": {"blend": 0, "top_k": 2}}
+    assert ranking_sources(_cfg(hotpot_file, methods=methods, method_kwargs=same)) == {"moi@prune": "moi"}
+    for other in ({"moi": {"blend": 0}, "moi@prune": {"blend": 1}}, {"moi@prune": {"blend": 0}},
+                  {"moi": {"lam": 0.5}}):
+        assert ranking_sources(_cfg(hotpot_file, methods=methods, method_kwargs=other)) == {}
+
+
+def test_reuse_after_a_resume_gives_the_same_rows(hotpot_file: Path, tiny_gen, tmp_path: Path) -> None:
+    """The base listed after its variant still ranks first; after an interruption the base's resumed
+    rows are not in memory, so the variant ranks those questions itself, and the rows do not change."""
+    cfg = _cfg(hotpot_file, limit=2, methods=("moi@prune", "moi"))
+    alone = _rows(run_eval(_cfg(hotpot_file, limit=2, methods=("moi@prune",)), out=tmp_path / "a.json",
+                           generator=tiny_gen, show_progress=False), "moi@prune")
+
+    def stop(n: int) -> None:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):  # after moi's first question
+        run_eval(cfg, out=tmp_path / "b.json", generator=tiny_gen, show_progress=False, on_chunk=stop)
+    rep = run_eval(cfg, out=tmp_path / "b.json", generator=tiny_gen, show_progress=False)
+    assert [r["method"] for r in rep["outputs"]] == ["moi@prune", "moi@prune", "moi", "moi"]
+    rows = _rows(rep, "moi@prune")
+    first, second = (r["qid"] for r in rep["outputs"][:2])
+    assert "ranking_reused_from" not in rows[first] and rows[second]["ranking_reused_from"] == "moi"
+    for q, r in rows.items():
+        assert {f: r.get(f) for f in _SAME} == {f: alone[q].get(f) for f in _SAME}
+
+
 def test_protocol_settings_are_checked_before_any_model_loads(hotpot_file: Path) -> None:
     with pytest.raises(ValueError, match="smaller than -k"):
         _cfg(hotpot_file, candidates=2, k=3)

@@ -109,6 +109,13 @@ def test_seed_question_bootstrap_by_hand() -> None:
     boots = d[q].mean(axis=1)
     assert r1["mean"] == pytest.approx(d.mean())
     assert r1["lo"] == pytest.approx(np.quantile(boots, 0.025)) and r1["hi"] == pytest.approx(np.quantile(boots, 0.975))
+    # further levels are read off the same resamples: one call gives both nested intervals
+    r2 = seed_question_bootstrap({0: x}, {0: y}, n_boot=300, seed=3, levels={"bonferroni": 0.01})
+    assert {k: r2[k] for k in r1} == r1
+    assert r2["lo_bonferroni"] == pytest.approx(np.quantile(boots, 0.005))
+    assert r2["hi_bonferroni"] == pytest.approx(np.quantile(boots, 0.995))
+    with pytest.raises(ValueError, match="strictly between"):
+        seed_question_bootstrap({0: x}, {0: y}, levels={"bad": 0.0})
     # a single arm: its mean with an interval over seeds and questions
     assert seed_question_bootstrap(a, n_boot=50)["mean"] == pytest.approx(2.5)
     with pytest.raises(ValueError, match="same questions"):

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -67,3 +70,40 @@ def live_server() -> Iterator[Any]:
     yield start
     for s in servers:
         s.__exit__(None, None, None)
+
+
+@pytest.fixture()
+def ragkit_serve() -> Iterator[Any]:
+    """``ragkit_serve(args, env, timeout)`` runs ``ragkit serve ARGS --port P`` (a free 127.0.0.1 port) in its
+    own process, waits until ``/health`` answers, and returns ``(process, url)``; the process is killed
+    after the test if it still runs. Its output is piped (read it once the process has ended)."""
+    import httpx
+
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def start(args: list[str], env: dict[str, str] | None = None,
+              timeout: float = 240) -> tuple[subprocess.Popen[bytes], str]:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        proc = subprocess.Popen([sys.executable, "-m", "ragkit.cli", "serve", *args, "--port", str(port)],
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                env=env if env is not None else dict(os.environ))
+        procs.append(proc)
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + timeout
+        while True:
+            assert proc.poll() is None, proc.stdout.read().decode() if proc.stdout else ""
+            try:
+                if httpx.get(url + "/health", timeout=2).status_code == 200:
+                    return proc, url
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, "ragkit serve did not start"
+            time.sleep(0.3)
+
+    yield start
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)

@@ -254,12 +254,12 @@ def test_health_shows_no_settings_or_secrets_without_the_key(tiny_reranker: Any,
 
 
 @pytest.mark.slow
-def test_sigterm_stops_ragkit_serve_while_a_backend_call_sleeps(tiny_lm_dir: Any, live_server: Any) -> None:
+def test_sigterm_stops_ragkit_serve_while_a_backend_call_sleeps(tiny_lm_dir: Any, live_server: Any,
+                                                                ragkit_serve: Any) -> None:
     """A generator server that answers 503 + ``Retry-After: 3600`` held ``ragkit serve`` until SIGKILL."""
     import os
     import signal
     import subprocess
-    import sys
 
     from starlette.applications import Starlette
     from starlette.responses import JSONResponse
@@ -273,26 +273,11 @@ def test_sigterm_stops_ragkit_serve_while_a_backend_call_sleeps(tiny_lm_dir: Any
 
     upstream = live_server(Starlette(routes=[Route("/v1/models", models),
                                              Route("/v1/completions", completions, methods=["POST"])]))
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "RAGKIT_NO_PROGRESS": "1"}
     env.pop("RAGKIT_API_KEY", None)
-    proc = subprocess.Popen([sys.executable, "-m", "ragkit.cli", "serve", "--model",
-                             upstream.url.replace("http://", "http://bob:pa55word@") + "/v1", "--port", str(port),
-                             "--log-level", "warning"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
-    url = f"http://127.0.0.1:{port}"
+    proc, url = ragkit_serve(["--model", upstream.url.replace("http://", "http://bob:pa55word@") + "/v1",
+                              "--log-level", "warning"], env=env, timeout=120)
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            assert proc.poll() is None, proc.stdout.read().decode() if proc.stdout else ""
-            try:
-                if httpx.get(url + "/health", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "ragkit serve did not start"
-            time.sleep(0.3)
         threading.Thread(target=lambda: httpx.post(url + "/rerank", json={"query": QUERY, "texts": DOCS},
                                                    timeout=60), daemon=True).start()
         time.sleep(2.0)  # the reranker thread now sleeps in a Retry-After wait

@@ -5,10 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
-import subprocess
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -57,27 +53,11 @@ def _p(text: str, i: int) -> Any:
     return Passage(str(i), text)
 
 
-def test_ragkit_serve_command_serves_the_folder(tiny_reranker: Any, student_dir: Path) -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = {**os.environ, "RAGKIT_API_KEY": "k3y"}
-    proc = subprocess.Popen([sys.executable, "-m", "ragkit.cli", "serve", "--reranker", f"student:{student_dir}",
-                             "--device", "cpu", "--port", str(port), "--max-documents", "5", "--log-level", "warning",
-                             "--max-batch-tokens", "1024", "--forward-cost-tokens", "0"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
-    url = f"http://127.0.0.1:{port}"
+def test_ragkit_serve_command_serves_the_folder(tiny_reranker: Any, student_dir: Path, ragkit_serve: Any) -> None:
+    proc, url = ragkit_serve(["--reranker", f"student:{student_dir}", "--device", "cpu", "--max-documents", "5",
+                              "--log-level", "warning", "--max-batch-tokens", "1024", "--forward-cost-tokens", "0"],
+                             env={**os.environ, "RAGKIT_API_KEY": "k3y"})
     try:
-        deadline = time.monotonic() + 240
-        while True:
-            assert proc.poll() is None, proc.stdout.read().decode() if proc.stdout else ""
-            try:
-                if httpx.get(url + "/health", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "ragkit serve did not start"
-            time.sleep(0.5)
         assert "settings" not in httpx.get(url + "/health").json()  # the open view shows no setting
         assert httpx.get(url + "/health?detail=1").status_code == 401
         health = httpx.get(url + "/health?detail=1", headers={"Authorization": "Bearer k3y"}).json()
