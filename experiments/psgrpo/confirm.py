@@ -277,6 +277,7 @@ def run(config: Mapping[str, Any]) -> int:
     paras = {"train_strong": make("train_strong", train_recs, True),
              "train_weak": make("train_weak", train_recs, False),
              "dev_strong": make("dev_strong", dev, True)}
+    gen_base = None  # the rewriter's copy of the model is not needed again (memory for training)
     result["paraphrases"] = {name: {"file": rel(para_file), **diversity_summary(rows), "sets": rows}
                              for name, rows in paras.items()}
     write_result(out, result, device=a.device)
