@@ -140,12 +140,15 @@ class ICRReranker(Reranker):
         import torch
         from transformers import DynamicCache
 
-        from ragkit.generation.handle import cache_argument
+        from ragkit.generation.handle import cache_argument, keep_argument
 
         gen = self.generator
         model = gen.model
         dev = next(model.parameters()).device
         cache_arg = cache_argument(model)
+        # ICR reads attention weights, never logits: one position's logits instead of the prompt's
+        keep_arg = keep_argument(model)
+        keep_one = {keep_arg: 1} if keep_arg else {}
         n_p = len(prompt_ids)
         rows = len(query_rows)
         width = max(len(r) for r in query_rows)
@@ -161,7 +164,7 @@ class ICRReranker(Reranker):
             p = torch.tensor([list(prompt_ids)], dtype=torch.long, device=dev)
             out = model(input_ids=p, attention_mask=torch.ones_like(p),
                         position_ids=torch.arange(n_p, device=dev)[None, :], use_cache=True,
-                        **{cache_arg: DynamicCache(config=model.config)})
+                        **keep_one, **{cache_arg: DynamicCache(config=model.config)})
             cache = out.get(cache_arg)
             cache.batch_repeat_interleave(rows)
             try:
@@ -170,7 +173,7 @@ class ICRReranker(Reranker):
                 out2 = model(input_ids=ids, attention_mask=torch.cat([torch.ones((rows, n_p), dtype=torch.long,
                                                                                     device=dev), mask], dim=1),
                              position_ids=(n_p + torch.arange(width, device=dev))[None, :].expand(rows, -1),
-                             use_cache=True, output_attentions=True, **{cache_arg: cache})
+                             use_cache=True, output_attentions=True, **keep_one, **{cache_arg: cache})
             finally:
                 if prev is not None and prev != "eager":
                     model.set_attn_implementation(prev)
