@@ -23,7 +23,7 @@ def build_reranker(spec: str, model: str | None = None, device: str = "auto",
     :func:`ragkit.generation.load_generator`; ``backend_deadline`` bounds each of its HTTP calls,
     retries and waits included: the server passes its request deadline, past which the answer
     would be thrown away); ``student:DIR`` and ``cross-encoder:NAME`` load an encoder on ``device``
-    and ``backend`` (``torch``, ``onnx``, ``onnx-int8``); ``llm:MODEL`` a causal LM on ``device``.
+    and ``backend`` (``torch``, ``onnx``, ``onnx-int8``, ``openvino``); ``llm:MODEL`` a causal LM on ``device``.
     """
     from ragkit.debias import get_reranker
     from ragkit.debias.presets import parse_reranker
@@ -161,9 +161,10 @@ def register(subparsers: Any) -> None:
     p.add_argument("--forward-cost-tokens", type=non_negative_int, default=128,
                    help="cross-encoder rerankers: a forward's fixed cost in padded tokens, traded against padding "
                         "when merged pairs are cut into length buckets (128; 0: bucket as finely as padding asks)")
-    p.add_argument("--backend", default="torch", choices=("torch", "onnx", "onnx-int8"),
-                   help="student:/cross-encoder: encoder backend: torch, onnx (ONNX Runtime) or onnx-int8 (int8 "
-                        "dynamic quantisation; exported once and cached; needs `pip install 'ragkit[onnx]'`)")
+    p.add_argument("--backend", default="torch", choices=("torch", "onnx", "onnx-int8", "openvino"),
+                   help="student:/cross-encoder: encoder backend: torch, onnx (ONNX Runtime), onnx-int8 (int8 "
+                        "dynamic quantisation; both need `pip install 'ragkit[onnx]'`) or openvino (the fp32 ONNX "
+                        "graph compiled by OpenVINO; `pip install 'ragkit[openvino]'`); exported once and cached")
     p.add_argument("--max-tokens-per-doc", type=positive_int, default=None,
                    help="pointwise rerankers: most document tokens read (default: the encoder's budget)")
     p.add_argument("--truncation-side", default="right", choices=("right", "left"),

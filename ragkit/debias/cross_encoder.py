@@ -166,8 +166,8 @@ class CrossEncoderReranker(Reranker):
     ) -> CrossEncoderReranker:
         """Load a one-output cross-encoder from a folder or a hub id (scores are raw logits).
 
-        ``backend``: ``"torch"``, ``"onnx"`` or ``"onnx-int8"`` (ONNX Runtime, exported once and
-        cached; :mod:`ragkit.debias.onnx_encoder`).
+        ``backend``: ``"torch"``, ``"onnx"``, ``"onnx-int8"`` (ONNX Runtime) or ``"openvino"``
+        (OpenVINO), exported once and cached (:mod:`ragkit.debias.onnx_encoder`).
         """
         rr = cls(_load_cross_encoder(name_or_path, device=device, max_length=max_length), batch_size=batch_size,
                  max_batch_tokens=max_batch_tokens, forward_cost_tokens=forward_cost_tokens, long_docs=long_docs)
@@ -176,16 +176,17 @@ class CrossEncoderReranker(Reranker):
 
     @property
     def backend(self) -> str:
-        """The encoder's backend: ``"torch"``, ``"onnx"`` or ``"onnx-int8"``."""
+        """The encoder's backend: ``"torch"``, ``"onnx"``, ``"onnx-int8"`` or ``"openvino"``."""
         return str(getattr(self.model, "backend", "torch"))
 
     def with_backend(self, backend: str, source: str | None = None, threads: int | None = None) -> CrossEncoderReranker:
         """This reranker on another encoder backend: a copy with the same weights, settings and
         metadata, its counters at zero.
 
-        ``"onnx"`` and ``"onnx-int8"`` run the exported graph with ONNX Runtime
-        (:func:`ragkit.debias.onnx_encoder.to_backend`; ``source``: the model's folder, whose own
-        ``onnx/`` files are used when present; ``threads``: ONNX Runtime's intra-op threads).
+        ``"onnx"`` and ``"onnx-int8"`` run the exported graph with ONNX Runtime, ``"openvino"`` the
+        fp32 graph compiled by OpenVINO (:func:`ragkit.debias.onnx_encoder.to_backend`; ``source``: the
+        model's folder, whose own ``onnx/`` files are used when present; ``threads``: the engine's
+        intra-op threads).
         ``"torch"`` returns the reranker itself when it already runs on torch.
         """
         from ragkit.debias.onnx_encoder import check_backend, to_backend

@@ -232,7 +232,7 @@ def get_reranker(spec: str | Reranker, generator: GeneratorLike | None = None, *
         ``seed`` (random, MoI); any :class:`~ragkit.debias.MoIReranker` argument for MoI
         (``profile``, ``lam``, ``budget``, ``design``, ``max_new_tokens``, ...); ``device``,
         ``batch_size``, ``long_docs`` (:class:`~ragkit.debias.long_docs.LongDocs`) and ``backend``
-        (``torch``, ``onnx``, ``onnx-int8``) for ``student:`` and ``cross-encoder:``, ``max_length`` for
+        (``torch``, ``onnx``, ``onnx-int8``, ``openvino``) for ``student:`` and ``cross-encoder:``, ``max_length`` for
         ``cross-encoder:``; ``device``, ``dtype``, ``batch_size``, ``max_length``, ``long_docs`` and
         ``instruction`` for ``llm:``. A keyword the reranker does not take is an error naming it.
     """

@@ -214,7 +214,7 @@ class DistilledReranker(CrossEncoderReranker):
         A folder written by :meth:`save_pretrained` (it holds ``ragkit_distill.json``) loads with its
         training metadata (:meth:`load`); so does a hub repository made by :meth:`push_to_hub`.
         Anything else that ``sentence_transformers.CrossEncoder`` loads is wrapped as is.
-        ``backend``: ``"torch"``, ``"onnx"`` or ``"onnx-int8"`` (:meth:`with_backend`).
+        ``backend``: ``"torch"``, ``"onnx"``, ``"onnx-int8"`` or ``"openvino"`` (:meth:`with_backend`).
         """
         p = Path(name_or_path)
         if p.is_dir() and (p / META_FILE).exists():

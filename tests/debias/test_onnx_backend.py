@@ -94,3 +94,63 @@ def test_backend_through_the_loaders(student: Any, tmp_path: Path, monkeypatch: 
     with pytest.raises(RuntimeError, match="backend='torch'"):
         DistilledReranker.load(folder, device="cpu", backend="onnx").save_pretrained(tmp_path / "again")
     assert student.with_backend("torch") is student
+
+
+def test_openvino_matches_torch(student: Any, bundled: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    openvino = pytest.importorskip("openvino", reason="the openvino extra is not installed (about 180 MB, not in "
+                                                      "dev): pip install 'ragkit[openvino]'")
+    from ragkit.debias import get_reranker
+    from ragkit.debias.onnx_encoder import OpenVinoCrossEncoder
+    from ragkit.debias.student import DistilledReranker
+
+    monkeypatch.setenv("RAGKIT_CACHE", str(tmp_path / "cache"))
+    qs, ps = bundled
+    before = student.pairs_scored  # the module's student keeps counting across tests
+    ref = student.rank_many(qs, ps)
+    ov = student.with_backend("openvino", threads=1)
+    assert ov.backend == "openvino" and isinstance(ov.model, OpenVinoCrossEncoder) and ov.metadata == student.metadata
+    assert ov.model.compiled.get_property("INFERENCE_NUM_THREADS") == 1
+    # fp32 even where the CPU has bf16 instructions (OpenVINO's default there is bfloat16)
+    assert ov.model.compiled.get_property("INFERENCE_PRECISION_HINT") == openvino.Type.f32
+    got = ov.rank_many(qs, ps)
+    top3, rho = _agreement(ref, got)
+    assert top3 >= 0.95 and rho >= 0.99, (top3, rho)
+    assert max(abs(a - b) for x, y in zip(ref, got) for a, b in zip(x.scores(), y.scores())) < 1e-3
+    assert ov.pairs_scored == student.pairs_scored - before
+    # the fp32 graph of the ONNX export, written once (OpenVINO needs no int8 graph), then shared with onnx
+    assert sorted(p.name for p in (tmp_path / "cache").rglob("*.onnx")) == ["model.onnx"]
+    assert student.with_backend("onnx").model.path == ov.model.path
+    # through the loaders, and from a folder that ships its own onnx/model.onnx
+    folder = student.save_pretrained(tmp_path / "s")
+    q, docs = "which river flows through the zebra castle?", ["A zebra river.", "Paris is in France.", "Rivers."]
+    want = student.rank(q, docs)
+    for rr in (DistilledReranker.load(folder, device="cpu", backend="openvino"),
+               get_reranker(f"student:{folder}", device="cpu", backend="openvino")):
+        assert rr.backend == "openvino"
+        got1 = rr.rank(q, docs)
+        assert got1.ids() == want.ids() and got1.scores() == pytest.approx(want.scores(), abs=1e-4)
+    (folder / "onnx").mkdir()
+    (folder / "onnx" / "model.onnx").write_bytes(ov.model.path.read_bytes())
+    assert DistilledReranker.load(folder, device="cpu", backend="openvino").model.path == folder / "onnx" / "model.onnx"
+    with pytest.raises(RuntimeError, match="backend='openvino'"):
+        ov.save_pretrained(tmp_path / "again")
+
+
+def test_openvino_missing_names_the_extra(student: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    from ragkit.debias.onnx_encoder import BACKENDS, check_backend
+
+    assert check_backend("openvino") == "openvino" and "openvino" in BACKENDS
+    monkeypatch.setitem(sys.modules, "openvino", None)  # what `import openvino` meets when it is not installed
+    monkeypatch.setenv("RAGKIT_CACHE", str(tmp_path / "cache"))
+    with pytest.raises(ImportError, match=r"pip install 'ragkit\[openvino\]'"):
+        student.with_backend("openvino")
+    assert not (tmp_path / "cache").exists()  # refused before exporting a graph nobody would run
+
+
+def test_serve_cli_takes_the_openvino_backend() -> None:
+    from ragkit.cli import build_parser
+
+    args = build_parser().parse_args(["serve", "--reranker", "student:x", "--backend", "openvino"])
+    assert args.backend == "openvino"
