@@ -26,14 +26,13 @@ two OpenMP threads that wait for each other at every operator cost more than the
     python benchmarks/serve.py --mem-seconds 300 --out benchmarks/results/serve-cpu.json
     python benchmarks/serve.py --threads 1 --mem-seconds 30 --out benchmarks/results/serve-threads1-cpu.json
 
-``--backends torch,onnx,onnx-int8`` (``openvino`` too, with the ``openvino`` extra) measures the
-encoder backends instead: the same student (with ``--train-epochs``, trained first on the bundled
-questions' gold paragraphs, so that its scores carry a ranking worth keeping) served by
-``ragkit serve --backend B`` in its own process, one backend after the other, ``C`` clients in
-``--clients`` for ``--seconds`` each with ``D`` = the largest ``--docs``: requests/s, p50/p95
-latency, and each backend's agreement with torch on the bundled questions (same top-3, mean
-Spearman). The score cache is off (``--cache-size 0``) in every run: the workload repeats its
-questions.
+``--backends torch,onnx,onnx-int8`` measures the encoder backends instead: the same student (with
+``--train-epochs``, trained first on the bundled questions' gold paragraphs, so that its scores
+carry a ranking worth keeping) served by ``ragkit serve --backend B`` in its own process, one
+backend after the other, ``C`` clients in ``--clients`` for ``--seconds`` each with ``D`` = the
+largest ``--docs``: requests/s, p50/p95 latency, and each backend's agreement with torch on the
+bundled questions (same top-3, mean Spearman). The score cache is off (``--cache-size 0``) in every
+run: the workload repeats its questions.
 
     python benchmarks/serve.py --backends torch,onnx,onnx-int8 --train-epochs 1 --docs 10 \
         --out benchmarks/results/serve-backends-cpu.json
@@ -105,8 +104,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="torch intra-op threads on BOTH sides (in-process baseline and server, through "
                          "OMP_NUM_THREADS); default: torch's own (one per core)")
     ap.add_argument("--backends", default=None,
-                    help="compare encoder backends (e.g. torch,onnx,onnx-int8,openvino) instead of the "
-                         "micro-batching run")
+                    help="compare encoder backends (e.g. torch,onnx,onnx-int8) instead of the micro-batching run")
     ap.add_argument("--train-epochs", type=float, default=0.0,
                     help="with --backends and no --student: train the student this many epochs on the bundled "
                          "questions' gold paragraphs first (0: untrained head)")
