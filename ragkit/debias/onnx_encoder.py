@@ -13,9 +13,13 @@ sentence-transformers reaches ONNX Runtime through ``optimum-onnx``, whose relea
 ``transformers < 4.58``, while ragkit needs ``transformers >= 5``; this module therefore does the
 same two steps itself: the Hugging Face model behind the ``CrossEncoder`` is exported with
 ``torch.onnx.export`` (dynamic batch and sequence axes), and the int8 variant is made with
-``onnxruntime.quantization.quantize_dynamic`` (int8 weights of the ``MatMul`` and ``Attention``
-operators, per tensor, as sentence-transformers' ``avx512_vnni`` preset). The exported files
-follow sentence-transformers' layout (``onnx/model.onnx``, ``onnx/model_qint8.onnx``) in a cache
+``onnxruntime.quantization.quantize_dynamic`` (int8 weights of the ``MatMul`` operators, one
+scale per output channel). Per-channel scales keep the ranking closer to torch's than the per-tensor
+scales of sentence-transformers' ``avx512_vnni`` preset at the same speed: on a MiniLM-L6 student
+trained one epoch (the 100 bundled HotpotQA questions, 10 paragraphs each), the same top-3 in order
+on 70% of the questions against 54%, mean Spearman 0.978 against 0.959 (static QDQ quantisation
+with MinMax calibration: 21%). The exported files follow sentence-transformers' layout
+(``onnx/model.onnx``, ``onnx/model_qint8_per_channel.onnx``) in a cache
 folder keyed by a hash of the weights (``$RAGKIT_CACHE/onnx``, default ``~/.cache/ragkit/onnx``):
 a model is exported once, and a user's model folder is never written to. A folder that already
 holds ``onnx/model.onnx`` (as many hub cross-encoders do) is used as it is.
@@ -58,7 +62,7 @@ logger = logging.getLogger(__name__)
 BACKENDS = ("torch", "onnx", "onnx-int8", "openvino")
 """Encoder backends of the cross-encoder rerankers."""
 
-_FILES = {"onnx": "model.onnx", "onnx-int8": "model_qint8.onnx", "openvino": "model.onnx"}
+_FILES = {"onnx": "model.onnx", "onnx-int8": "model_qint8_per_channel.onnx", "openvino": "model.onnx"}
 _INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
 
@@ -137,7 +141,7 @@ def export_onnx(cross_encoder: Any, folder: str | os.PathLike[str] | None = None
     cross_encoder
         A loaded ``CrossEncoder`` (torch backend).
     folder
-        Where to write ``onnx/model.onnx`` (and ``onnx/model_qint8.onnx``); ``None``: the cache
+        Where to write ``onnx/model.onnx`` (and ``onnx/model_qint8_per_channel.onnx``); ``None``: the cache
         folder of these weights (see the module docstring).
     int8
         Also write the dynamically int8-quantised graph.
@@ -177,8 +181,8 @@ def export_onnx(cross_encoder: Any, folder: str | os.PathLike[str] | None = None
                 from onnxruntime.quantization import QuantType, quantize_dynamic
 
                 quantize_dynamic(str(tmp / _FILES["onnx"]), str(tmp / _FILES["onnx-int8"]),
-                                 weight_type=QuantType.QInt8, per_channel=False, reduce_range=False,
-                                 op_types_to_quantize=["MatMul", "Attention"])
+                                 weight_type=QuantType.QInt8, per_channel=True, reduce_range=False,
+                                 op_types_to_quantize=["MatMul"])
     finally:
         hf.train(was_training)
     logger.info("exported %s to %s", type(hf).__name__, out / "onnx")
@@ -340,7 +344,7 @@ def to_backend(cross_encoder: Any, backend: str, source: str | os.PathLike[str] 
         One of :data:`BACKENDS`.
     source
         The folder the model was loaded from: its own ``onnx/model.onnx`` (or
-        ``onnx/model_qint8.onnx``) is used when present; otherwise the graph is exported to the
+        ``onnx/model_qint8_per_channel.onnx``) is used when present; otherwise the graph is exported to the
         cache (:func:`export_onnx`). ``"openvino"`` compiles the fp32 ``model.onnx``.
     threads
         The engine's intra-op threads (``None``: torch's ``get_num_threads()``).
