@@ -26,7 +26,7 @@ two OpenMP threads that wait for each other at every operator cost more than the
     python benchmarks/serve.py --mem-seconds 300 --out benchmarks/results/serve-cpu.json
     python benchmarks/serve.py --threads 1 --mem-seconds 30 --out benchmarks/results/serve-threads1-cpu.json
 
-``--backends torch,onnx,onnx-int8`` measures the encoder backends instead: the same student (with
+``--backends torch,onnx,onnx-int8,openvino`` measures the encoder backends instead: the same student (with
 ``--train-epochs``, trained first on the bundled questions' gold paragraphs with the library's
 recipe, so that its scores carry a ranking worth keeping; or a saved one with ``--student DIR``,
 whose training record goes into the JSON) served by ``ragkit serve --backend B`` in its own process, one
@@ -106,7 +106,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="torch intra-op threads on BOTH sides (in-process baseline and server, through "
                          "OMP_NUM_THREADS); default: torch's own (one per core)")
     ap.add_argument("--backends", default=None,
-                    help="compare encoder backends (e.g. torch,onnx,onnx-int8) instead of the micro-batching run")
+                    help="compare encoder backends (e.g. torch,onnx,onnx-int8,openvino) instead of the "
+                         "micro-batching run")
     ap.add_argument("--train-epochs", type=float, default=0.0,
                     help="with --backends and no --student: train the student this many epochs on the bundled "
                          "questions' gold paragraphs first (0: untrained head)")
