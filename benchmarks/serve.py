@@ -44,7 +44,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib.metadata as md
-import json
 import os
 import signal
 import subprocess
@@ -267,15 +266,6 @@ def _agreement(ref: list[Any], got: list[Any]) -> dict[str, float]:
     return {"same_top3": top3, "spearman": rho}
 
 
-def _student_metadata(folder: Path) -> dict[str, Any] | None:
-    """The served student's training record (its ``ragkit_distill.json`` metadata), for the JSON."""
-    f = Path(folder) / "ragkit_distill.json"
-    if not f.exists():
-        return None
-    meta = json.loads(f.read_text()).get("metadata") or {}
-    return {k: v for k, v in meta.items() if k != "base_path"}
-
-
 def _compare_backends(a: argparse.Namespace, argv: list[str] | None) -> int:
     """The ``--backends`` run (see the module docstring)."""
     import torch
@@ -314,7 +304,8 @@ def _compare_backends(a: argparse.Namespace, argv: list[str] | None) -> int:
             tmp / "student")
         model_name = "student: all-MiniLM-L6-v2 cross-encoder (untrained head; max_length 256)"
     qs, ps = [r.question for r in recs], [list(r.passages[:d]) for r in recs]
-    ref = DistilledReranker.load(folder, device=a.device).rank_many(qs, ps)
+    torch_student = DistilledReranker.load(folder, device=a.device)
+    ref = torch_student.rank_many(qs, ps)
     rows: dict[str, Any] = {}
     for b in backends:
         agree = _agreement(ref, DistilledReranker.load(folder, device=a.device, backend=b).rank_many(qs, ps))
@@ -344,7 +335,8 @@ def _compare_backends(a: argparse.Namespace, argv: list[str] | None) -> int:
         "command": "python benchmarks/serve.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         "model": model_name, "docs_per_request": d, "torch_threads": torch.get_num_threads(),
         "request": "TEI /rerank, one bundled HotpotQA question + D of its paragraphs; score cache off",
-        "student": _student_metadata(folder),
+        # the served student's training record, as DistilledReranker.load read it
+        "student": {k: v for k, v in torch_student.metadata.items() if k != "base_path"} or None,
         "by_backend": rows,
         "machine": {"cpus": os.cpu_count(), "note": "clients and server on the same machine; load1_* per level"},
     })
