@@ -275,15 +275,12 @@ def _with_candidates(args: argparse.Namespace, records: list[Any]) -> list[Any]:
     ``--pool-file``, as the pipeline study does, so a question's candidates do not depend on
     ``--limit``: a label file extended by a later run with a larger ``--limit`` keeps one protocol.
     """
-    import dataclasses
-
     from ragkit.datasets import load_dataset
-    from ragkit.eval.runner import EvalConfig, candidates_for
+    from ragkit.eval.runner import EvalConfig, records_with_candidates
 
     pool = list(load_dataset(args.dataset or "auto", args.data_file)) if args.limit is not None else list(records)
     for f in args.pool_file:
         pool += load_dataset(args.dataset or "auto", f)
     cfg = EvalConfig(dataset=args.dataset or "auto", retriever=args.retriever, candidates=args.candidates,
                      k=args.candidates, device=args.device)
-    cands = candidates_for(cfg, records, pool=pool)
-    return [dataclasses.replace(r, passages=tuple(h.passage for h in c)) for r, c in zip(records, cands)]
+    return records_with_candidates(cfg, records, pool=pool)

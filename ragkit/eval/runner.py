@@ -82,6 +82,7 @@ __all__ = [
     "build_retriever",
     "candidates_for",
     "pipeline_corpus",
+    "records_with_candidates",
     "select_questions",
     "split_method",
     "ranking_sources",
@@ -326,6 +327,21 @@ def candidates_for(
             )
         retriever = build_retriever(cfg, corpus)
     return list(retriever.search([r.query for r in records], k=n))
+
+
+def records_with_candidates(cfg: EvalConfig, records: Sequence[QARecord],
+                            pool: Sequence[QARecord] | None = None) -> list[QARecord]:
+    """``records`` with the first stage's top ``cfg.n_candidates`` (:func:`candidates_for` over the corpus
+    pooled from ``pool``, default ``records``) as their passages, best first.
+
+    The pipeline protocol's candidates as records, e.g. for labels (``ragkit distill labels
+    --retriever bm25``): pass every record of the data file (and of the pool files) as ``pool`` so
+    that a question's candidates do not depend on which questions are labelled.
+    """
+    import dataclasses
+
+    cands = candidates_for(cfg, records, pool=pool)
+    return [dataclasses.replace(r, passages=tuple(h.passage for h in c)) for r, c in zip(records, cands)]
 
 
 PIPELINE_PLACEMENTS: tuple[str, ...] = ("none", "reverse", "both_ends", "bias_aware", "prune")
