@@ -93,7 +93,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     t.set_defaults(func=_train)
     set_requirements(t, _train_requires)
 
-    lab = dsub.add_parser("labels", help="label training questions with MoI (gold outcome); resumable")
+    lab = dsub.add_parser("labels", help="label training questions with MoI (gold, label-free or masked) or "
+                                          "gold passages; resumable")
     add_data_args(lab, required=True)
     lab.add_argument("--model", default=None, help="generator (default: embedded SmolLM2-135M-Instruct)")
     lab.add_argument("--design", default="loo", choices=("loo", "ablate", "mixed", "cyclic", "prior", "random",
