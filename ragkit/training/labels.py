@@ -466,7 +466,8 @@ def generate_labels(
     out_path
         Label file (JSONL). Created if missing.
     batch_queries
-        Questions per ``MoI.run_batch`` call; labels are appended after each call.
+        Questions per ``MoI.run_batch`` call; labels are appended after each call. The ``masked``
+        design runs one question per call (its estimator is per question; the cost is then exact).
     resume
         Skip question ids already in ``out_path`` (a partial last line from a killed run is
         dropped). With ``resume=False`` an existing file is replaced.
@@ -494,6 +495,8 @@ def generate_labels(
     if batch_queries < 1:
         raise ValueError(f"batch_queries must be >= 1, got {batch_queries}")
     moi = label_moi(generator, design, outcome, moi_kwargs)  # bad settings fail before the file is touched
+    if design == "masked":  # its outcome runs one question at a time anyway; batches of one: each label its own cost
+        batch_queries = 1
     path = Path(out_path)
     if not resume and path.exists():
         atomic_write_text(path, "")

@@ -72,6 +72,7 @@ def test_masked_labels_are_what_moi_masked_computes(tiny_lm_dir: Path, tmp_path:
         assert lab.design == "masked" and lab.outcome == "question" and lab.generator_calls == 6  # k + 1 rows
         cost = lab.metadata["cost"]
         assert cost["tokens_prefilled"] > 0 and cost["forwards"] >= 2 and cost["seconds"] > 0
+        assert cost["batch_questions"] == 1  # each label's own cost, whatever --batch-queries says
         assert isinstance(lab.metadata["fallback"], bool)
     gen = Generator(model=str(tiny_lm_dir), device="cpu", show_progress=False, passage_max_tokens=48)
     reranker = get_reranker("moi_masked", gen, blend=0)
