@@ -25,15 +25,23 @@ SHARED_DATA = data_dir()  # $RAGKIT_DATA (ragkit.datasets.data_dir)
 
 
 def load_benchmark(name: str) -> ModuleType:
-    """The script ``name`` as a module (loaded once): ``benchmarks/<name>.py`` or ``experiments/<study>/<name>.py``.
+    """The script ``name`` as a module (loaded once): ``benchmarks/<name>.py`` or ``experiments/<study>/<name>.py``
+    (``"<study>/<name>"`` where two studies have a script of that name).
 
     Its folder goes on ``sys.path`` (as when it runs as a script), for its folder's shared module
     (``benchmarks/_shapes.py``, ``experiments/moi_lab/_lab.py``).
     """
-    mod_name = f"ragkit_bench_{name}"
+    mod_name = f"ragkit_bench_{name.replace('/', '_')}"
     if mod_name in sys.modules:
         return sys.modules[mod_name]
-    found = [ROOT / "benchmarks" / f"{name}.py", *sorted((ROOT / "experiments").glob(f"*/{name}.py"))]
+    if "/" in name:  # "<study>/<name>": a script whose name another study's folder also has
+        found = [ROOT / "experiments" / f"{name}.py"]
+    else:
+        found = [p for p in [ROOT / "benchmarks" / f"{name}.py", *sorted((ROOT / "experiments").glob(f"*/{name}.py"))]
+                 if p.is_file()]
+        if len(found) > 1:
+            names = ", ".join(str(p.relative_to(ROOT)) for p in found)
+            raise ValueError(f"{name!r} names {len(found)} scripts ({names}); pass '<study>/<name>'")
     path = next(p for p in found if p.is_file())
     if str(path.parent) not in sys.path:
         sys.path.insert(0, str(path.parent))

@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from ragkit.datasets import data_path
-from ragkit.eval.harness import gpu_epilog, pre_registered, rel, study_config, study_main, write_result
+from ragkit.eval.harness import pre_registered, pre_registered_parser, rel, study_config, study_main, write_result
 from ragkit.eval.stats import contrast_family
 
 HERE = Path(__file__).resolve().parent
@@ -103,25 +103,13 @@ def decide(plan: Mapping[str, Any], result: Mapping[str, Any]) -> dict[str, Any]
 
 def build_parser() -> argparse.ArgumentParser:
     """The study's options; the plan fixes everything else."""
-    epilog = gpu_epilog("experiments/cord/confirm.py",
-                        "--model Qwen/Qwen2.5-7B-Instruct --device cuda --workdir /tmp/cord-confirm",
-                        note="The plan names the reference generator; another --model is another study: "
-                             "pass another --out.")
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0], epilog=epilog,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", default=str(HERE / "results" / "confirm-qwen-cpu.json"))
-    ap.add_argument("--plan", default=str(HERE / "plan.json"))
-    ap.add_argument("--model", default=None, help="base generator: the plan's reference generator GGUF path")
-    ap.add_argument("--device", default="cpu", help="device of the sweeps (training uses accelerate's)")
-    ap.add_argument("--workdir", default="/work/runs/cord-confirm", help="trained models and partial sweeps")
-    ap.add_argument("--train-file", default=None, help="default: $RAGKIT_DATA/hotpotqa/train.jsonl")
+    ap = pre_registered_parser(__doc__.split("\n")[0], HERE, script="experiments/cord/confirm.py",
+                               gpu_args="--model Qwen/Qwen2.5-7B-Instruct --device cuda --workdir /tmp/cord-confirm",
+                               workdir="/work/runs/cord-confirm", workdir_help="trained models and partial sweeps",
+                               device_help="device of the sweeps (training uses accelerate's)", passage_max_tokens=48)
     ap.add_argument("--sweep-file", default=None, help="default: $RAGKIT_DATA/nq_open/nq-open-oracle.jsonl.gz")
     ap.add_argument("--stage", choices=STAGES, default="report", help="stop after this stage")
     ap.add_argument("--max-questions", type=int, default=None, help="cut each question range (smoke runs only)")
-    ap.add_argument("--max-steps", type=int, default=None, help="cut training (smoke runs only)")
-    ap.add_argument("--passage-max-tokens", type=int, default=48)
-    ap.add_argument("--n-boot", type=int, default=2000)
-    ap.add_argument("--allow-uncommitted-plan", action="store_true", help="tests and smoke runs only; recorded")
     return ap
 
 

@@ -55,7 +55,7 @@ from typing import Any
 import numpy as np
 
 from ragkit.datasets import data_path
-from ragkit.eval.harness import gpu_epilog, pre_registered, rel, study_config, study_main, write_result
+from ragkit.eval.harness import pre_registered, pre_registered_parser, rel, study_config, study_main, write_result
 from ragkit.eval.stats import contrast_family
 
 HERE = Path(__file__).resolve().parent
@@ -164,29 +164,18 @@ def decide(plan: Mapping[str, Any], headline: Mapping[str, Any]) -> dict[str, An
 
 def build_parser() -> argparse.ArgumentParser:
     """The study's options; the plan fixes everything else."""
-    epilog = gpu_epilog(SCRIPT, "--model Qwen/Qwen2.5-7B-Instruct --device cuda --workdir /tmp/psgrpo-confirm "
-                                "--out experiments/psgrpo/results/confirm-gpu.json",
-                        note="The plan names the reference generator; another --model is another study: "
-                             "pass another --out.")
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0], epilog=epilog,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", default=str(HERE / "results" / "confirm-qwen-cpu.json"))
-    ap.add_argument("--plan", default=str(HERE / "plan.json"))
-    ap.add_argument("--model", default=None, help="base generator: the plan's reference generator GGUF path")
-    ap.add_argument("--device", default="cpu", help="cpu, or cuda (training then runs on the GPU too)")
-    ap.add_argument("--workdir", default="/work/runs/psgrpo-confirm",
-                    help="stored paraphrases, trained models and their checkpoints")
-    ap.add_argument("--train-file", default=None, help="default: $RAGKIT_DATA/hotpotqa/train.jsonl")
+    ap = pre_registered_parser(__doc__.split("\n")[0], HERE, script=SCRIPT,
+                               gpu_args="--model Qwen/Qwen2.5-7B-Instruct --device cuda --workdir /tmp/psgrpo-confirm "
+                                        "--out experiments/psgrpo/results/confirm-gpu.json",
+                               workdir="/work/runs/psgrpo-confirm",
+                               workdir_help="stored paraphrases, trained models and their checkpoints",
+                               device_help="cpu, or cuda (training then runs on the GPU too)", passage_max_tokens=64)
     ap.add_argument("--dev-file", default=None, help="default: $RAGKIT_DATA/hotpotqa/dev.jsonl")
-    ap.add_argument("--passage-max-tokens", type=int, default=64, help="the plan's cut of each passage")
     ap.add_argument("--save-steps", type=int, default=4, help="checkpoint every N training steps")
-    ap.add_argument("--n-boot", type=int, default=2000)
     ap.add_argument("--max-train-sets", type=int, default=None, help="cut the training rows (smoke runs only)")
     ap.add_argument("--max-dev-sets", type=int, default=None, help="cut the dev rows (smoke runs only)")
-    ap.add_argument("--max-steps", type=int, default=None, help="cut training (smoke runs only)")
     ap.add_argument("--max-new-tokens", type=int, default=None,
                     help="cut rollouts, answers and rewrites to N tokens (smoke runs only)")
-    ap.add_argument("--allow-uncommitted-plan", action="store_true", help="tests and smoke runs only; recorded")
     return ap
 
 

@@ -4,6 +4,9 @@ Usage::
 
     # 1. label training questions with MoI (gold outcome, leave-one-out design); resumable
     ragkit distill labels --data-file $RAGKIT_DATA/hotpotqa/train.jsonl --out labels.jsonl --limit 80
+    #    or label-free, what moi_masked computes at inference, on the pipeline's BM25 candidates
+    ragkit distill labels --data-file $RAGKIT_DATA/hotpotqa/train.jsonl --pool-file $RAGKIT_DATA/hotpotqa/dev.jsonl \\
+        --retriever bm25 --candidates 20 --design masked --outcome question --model GGUF --out masked.jsonl
     # 2. train a student (residual by default), checked against the first stage on held-out questions
     ragkit distill --labels labels.jsonl --out students/minilm-moi --student residual --epochs 3
     # 3. use it
@@ -90,12 +93,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     t.set_defaults(func=_train)
     set_requirements(t, _train_requires)
 
-    lab = dsub.add_parser("labels", help="label training questions with MoI (gold outcome); resumable")
+    lab = dsub.add_parser("labels", help="label training questions with MoI (gold, label-free or masked) or "
+                                          "gold passages; resumable")
     add_data_args(lab, required=True)
     lab.add_argument("--model", default=None, help="generator (default: embedded SmolLM2-135M-Instruct)")
-    lab.add_argument("--design", default="loo", choices=("loo", "ablate", "mixed", "cyclic", "prior", "random"),
+    lab.add_argument("--design", default="loo", choices=("loo", "ablate", "mixed", "cyclic", "prior", "random",
+                                                         "masked"),
                      help="MoI design (default loo: the full prompt and each passage left out, k + 1 sequences; "
-                          "gold-paragraph MRR@10 0.765 on HotpotQA train vs 0.420 for cyclic, the k rotations)")
+                          "gold-paragraph MRR@10 0.765 on HotpotQA train vs 0.420 for cyclic, the k rotations); "
+                          "masked: leave-one-out estimated from one prefill with each passage masked out, what "
+                          "the moi_masked reranker computes at inference (about UPR's cost; needs --outcome question)")
     lab.add_argument("--outcome", default="gold", choices=("gold", "question", "passages"),
                      help="gold: log-prob of the reference answer (oracle, default); question: query likelihood "
                           "(label-free, what `moi` runs at inference); passages: 1 for the data's gold passages, "
@@ -180,6 +187,9 @@ def _labels(args: argparse.Namespace) -> int:
     from ragkit.generation import load_generator
     from ragkit.training.labels import generate_labels
 
+    if args.design == "masked" and args.outcome != "question":
+        raise ValueError("--design masked estimates the question outcome (label-free MoI, what moi_masked runs at "
+                         f"inference); pass --outcome question (got --outcome {args.outcome})")
     records = load_dataset(args.dataset or "auto", args.data_file, limit=args.limit)
     if args.retriever != "given":
         records = _with_candidates(args, records)
@@ -240,7 +250,10 @@ def _probe(args: argparse.Namespace) -> int:
     out = args.probe_out or default_probe_path(generator)
     probe = fit_attention_probe(generator, [lab.question for lab in train], [lab.passages() for lab in train],
                                 [lab.u for lab in train], ridge=args.ridge, target=args.target,
-                                calibrated=not args.no_calibrate, metadata={"labels": str(args.labels)})
+                                calibrated=not args.no_calibrate,
+                                metadata={"labels": str(args.labels),  # what the probe imitates, e.g. masked + question
+                                          "label_design": ",".join(sorted({lab.design for lab in labels})),
+                                          "label_outcome": ",".join(sorted({lab.outcome for lab in labels}))})
     if held:
         icr = ICRReranker(generator)
         pred = [probe.score(attention_features(icr, lab.question, lab.passages(), probe.calibrated)) for lab in held]
@@ -257,16 +270,18 @@ def _probe(args: argparse.Namespace) -> int:
 
 
 def _with_candidates(args: argparse.Namespace, records: list[Any]) -> list[Any]:
-    """The records with the first stage's top ``--candidates`` (pooled corpus) as their passages."""
-    import dataclasses
+    """The records with the first stage's top ``--candidates`` (pooled corpus) as their passages.
 
+    The corpus pools every record of ``--data-file`` (not only the first ``--limit``) and of each
+    ``--pool-file``, as the pipeline study does, so a question's candidates do not depend on
+    ``--limit``: a label file extended by a later run with a larger ``--limit`` keeps one protocol.
+    """
     from ragkit.datasets import load_dataset
-    from ragkit.eval.runner import EvalConfig, candidates_for
+    from ragkit.eval.runner import EvalConfig, records_with_candidates
 
-    pool = list(records)
+    pool = list(load_dataset(args.dataset or "auto", args.data_file)) if args.limit is not None else list(records)
     for f in args.pool_file:
         pool += load_dataset(args.dataset or "auto", f)
     cfg = EvalConfig(dataset=args.dataset or "auto", retriever=args.retriever, candidates=args.candidates,
                      k=args.candidates, device=args.device)
-    cands = candidates_for(cfg, records, pool=pool)
-    return [dataclasses.replace(r, passages=tuple(h.passage for h in c)) for r, c in zip(records, cands)]
+    return records_with_candidates(cfg, records, pool=pool)

@@ -21,7 +21,7 @@ import numpy as np
 from ragkit.debias.cross_encoder import pair_text
 from ragkit.debias.student import META_FILE, _check_folder_files
 from ragkit.reranking import Reranker
-from ragkit.types import Passage, Query, RankedList
+from ragkit.types import Passage, Query, RankedList, RankInfo
 
 __all__ = ["BI_META_FORMAT", "BiEncoderReranker", "is_bi_encoder_folder"]
 
@@ -92,4 +92,7 @@ class BiEncoderReranker(Reranker):
                    scores: list[list[float] | None]) -> list[RankedList]:
         del scores  # the student's own similarity; ties keep the retriever order
         s = self.scores([q.text for q in queries], passages)
-        return [RankedList.from_scores(ps, x.astype(float).tolist(), q) for q, ps, x in zip(queries, passages, s)]
+        # the call's encoder passes (each question and each passage once), shared by its queries as RankInfo says
+        info = RankInfo(forward_passes=len(queries) + sum(len(ps) for ps in passages))
+        return [RankedList.from_scores(ps, x.astype(float).tolist(), q, info=info)
+                for q, ps, x in zip(queries, passages, s)]

@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from ragkit.generation.base import GeneratorLike, charge, metered
+from ragkit.generation.base import GeneratorLike, metered
 from ragkit.generation.prompts import QuestionPromptTemplate
 from ragkit.reranking import Reranker
 from ragkit.types import Passage, Query, RankedList, RankInfo
@@ -140,15 +140,14 @@ class ICRReranker(Reranker):
         import torch
         from transformers import DynamicCache
 
-        from ragkit.generation.handle import cache_argument, keep_argument
+        from ragkit.generation.handle import forward_logits, forward_output, handle_of
 
         gen = self.generator
-        model = gen.model
-        dev = next(model.parameters()).device
-        cache_arg = cache_argument(model)
-        # ICR reads attention weights, never logits: one position's logits instead of the prompt's
-        keep_arg = keep_argument(model)
-        keep_one = {keep_arg: 1} if keep_arg else {}
+        h = handle_of(gen, "the 'icr' reranker")
+        model = h.model
+        dev = h.device
+        # ICR reads attention weights, never logits: one position's logits (keep=1) instead of the prompt's.
+        # Both forwards are prefills on the ledger (the prompt, then the query rows), whatever their width.
         n_p = len(prompt_ids)
         rows = len(query_rows)
         width = max(len(r) for r in query_rows)
@@ -162,18 +161,16 @@ class ICRReranker(Reranker):
         prev = getattr(model.config, "_attn_implementation", None)
         with torch.inference_mode():
             p = torch.tensor([list(prompt_ids)], dtype=torch.long, device=dev)
-            out = model(input_ids=p, attention_mask=torch.ones_like(p),
-                        position_ids=torch.arange(n_p, device=dev)[None, :], use_cache=True,
-                        **keep_one, **{cache_arg: DynamicCache(config=model.config)})
-            cache = out.get(cache_arg)
+            _, cache = forward_logits(h, p, torch.ones_like(p), torch.arange(n_p, device=dev)[None, :],
+                                      past=DynamicCache(config=model.config), keep=1, prefill=True)
             cache.batch_repeat_interleave(rows)
             try:
                 if prev != "eager":
                     model.set_attn_implementation("eager")
-                out2 = model(input_ids=ids, attention_mask=torch.cat([torch.ones((rows, n_p), dtype=torch.long,
-                                                                                    device=dev), mask], dim=1),
-                             position_ids=(n_p + torch.arange(width, device=dev))[None, :].expand(rows, -1),
-                             use_cache=True, output_attentions=True, **keep_one, **{cache_arg: cache})
+                full_mask = torch.cat([torch.ones((rows, n_p), dtype=torch.long, device=dev), mask], dim=1)
+                pos = (n_p + torch.arange(width, device=dev))[None, :].expand(rows, -1)
+                out2 = forward_output(h, ids, full_mask, pos, past=cache, keep=1, output_attentions=True,
+                                      prefill=True)
             finally:
                 if prev is not None and prev != "eager":
                     model.set_attn_implementation(prev)
@@ -187,11 +184,6 @@ class ICRReranker(Reranker):
             else:
                 total = torch.stack([a[:, :, :, :n_p].float() for a in att]).sum(dim=(0, 2))  # (rows, width, n_p)
                 a = (total * w[:, :, None]).sum(1) / w.sum(1, keepdim=True)
-        counters = getattr(gen, "counters", None)
-        if isinstance(counters, dict):  # the generator's token ledger (prefill of the prompt and the rows)
-            counters["forwards"] = counters.get("forwards", 0) + 2
-            counters["prefill_tokens"] = counters.get("prefill_tokens", 0) + n_p + int(mask.sum())
-        charge(forward_passes=2, tokens_prefilled=n_p + int(mask.sum()))  # the caller's own meter
         return a.double().cpu().numpy()
 
     def scores_one(self, question: str, passages: Sequence[Passage]) -> np.ndarray:

@@ -35,7 +35,6 @@ import numpy as np
 
 from ragkit.debias.icr import encode_with_spans, passage_layout
 from ragkit.debias.outcomes import OutcomeResult
-from ragkit.generation.base import charge
 from ragkit.types import Passage
 
 __all__ = ["masked_question_outcomes", "masked_scores"]
@@ -47,9 +46,10 @@ def masked_scores(generator: Any, question: str, passages: Sequence[Passage],
     import torch
     from transformers import DynamicCache
 
-    from ragkit.generation.handle import cache_argument, keep_argument
+    from ragkit.generation.handle import forward_logits, handle_of
     from ragkit.generation.prompts import question_template
 
+    h = handle_of(generator, "the masked leave-one-out estimator")
     k = len(passages)
     sets = [[int(i) for i in o] for o in interventions]
     for m, o in enumerate(sets):
@@ -63,24 +63,19 @@ def masked_scores(generator: Any, question: str, passages: Sequence[Passage],
     block_end = max((max(s) + 1 for s in spans if s), default=1)
     cue = p_ids[block_end:]
     row = cue + q_ids
-    model = generator.model
-    dev = next(model.parameters()).device
-    cache_arg = cache_argument(model)
-    keep_arg = keep_argument(model)
+    dev = h.device
     # logits only where they are read: none of the block's (its last one is kept, the least the argument
     # takes), the question's in the rows; full-vocabulary logits of a 3,000-token block cost about a
-    # quarter of a 0.5B model's prefill
+    # quarter of a 0.5B model's prefill. Every forward is a prefill on the ledger (the block once, the
+    # cue + question per row), whatever its width.
     n_read = len(row) - len(cue) + 1
-    keep_first = {keep_arg: 1} if keep_arg else {}
-    keep_rows = {keep_arg: n_read} if keep_arg else {}
     out = np.zeros(len(sets))
     with torch.inference_mode():
         ids = torch.tensor([p_ids[:block_end]], dtype=torch.long, device=dev)
-        first = model(input_ids=ids, attention_mask=torch.ones_like(ids),
-                      position_ids=torch.arange(block_end, device=dev)[None, :], use_cache=True,
-                      **keep_first, **{cache_arg: DynamicCache(config=model.config)})
-        kv = [(layer.keys, layer.values) for layer in first.get(cache_arg).layers]
-        bs = max(1, int(getattr(generator, "batch_size", 8)))
+        _, first = forward_logits(h, ids, torch.ones_like(ids), torch.arange(block_end, device=dev)[None, :],
+                                  past=DynamicCache(config=h.model.config), keep=1, prefill=True)
+        kv = [(layer.keys, layer.values) for layer in first.layers]
+        bs = max(1, h.batch_size)
         r_ids = torch.tensor(row, dtype=torch.long, device=dev)
         pos = (block_end + torch.arange(len(row), device=dev))[None, :]
         tgt = torch.tensor(q_ids, dtype=torch.long, device=dev)
@@ -94,17 +89,11 @@ def masked_scores(generator: Any, question: str, passages: Sequence[Passage],
                     mask[r, hidden] = 0
             cache = DynamicCache(ddp_cache_data=[(kk.expand(b, -1, -1, -1), vv.expand(b, -1, -1, -1))
                                                  for kk, vv in kv])
-            res = model(input_ids=r_ids[None, :].expand(b, -1), attention_mask=mask, position_ids=pos.expand(b, -1),
-                        use_cache=True, **keep_rows, **{cache_arg: cache})
-            logits = res.logits[:, -n_read:-1].float()  # the positions before each question token
+            read, _ = forward_logits(h, r_ids[None, :].expand(b, -1), mask, pos.expand(b, -1), past=cache,
+                                     keep=n_read, prefill=True)
+            logits = read[:, :-1]  # the positions before each question token
             lp = logits.gather(-1, tgt[None, :, None].expand(b, -1, 1))[..., 0] - torch.logsumexp(logits, dim=-1)
             out[start:start + b] = lp.double().mean(dim=1).cpu().numpy()
-    forwards, tokens = 1 + -(-len(sets) // bs), block_end + len(sets) * len(row)
-    counters = getattr(generator, "counters", None)
-    if isinstance(counters, dict):  # the generator's token ledger: the block once, the cue + question per row
-        counters["forwards"] = counters.get("forwards", 0) + forwards
-        counters["prefill_tokens"] = counters.get("prefill_tokens", 0) + tokens
-    charge(forward_passes=forwards, tokens_prefilled=tokens)  # the caller's own meter
     return out
 
 

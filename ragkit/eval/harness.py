@@ -32,6 +32,7 @@ __all__ = [
     "model_label",
     "plan_commit",
     "pre_registered",
+    "pre_registered_parser",
     "rel",
     "resolve_recorded",
     "study_config",
@@ -214,6 +215,54 @@ def pre_registered(plan: str | os.PathLike[str], out: str | os.PathLike[str],
         raise SystemExit(f"{out} was written under another commit of the plan; pass another --out")
     result["plan"] = {"path": rel(path), "commit": commit}
     return spec, result
+
+
+def pre_registered_parser(description: str, study_dir: str | os.PathLike[str], *, script: str, gpu_args: str,
+                          workdir: str, workdir_help: str, device_help: str, passage_max_tokens: int
+                          ) -> argparse.ArgumentParser:
+    """The command line every pre-registered confirmation shares; the script adds its own options.
+
+    The options (the plan fixes everything else): ``--out`` (default
+    ``<study_dir>/results/confirm-qwen-cpu.json``), ``--plan`` (``<study_dir>/plan.json``, opened with
+    :func:`pre_registered`), ``--model``, ``--device`` (``cpu``), ``--workdir`` (trained models,
+    checkpoints and partial results, so a stopped run resumes), ``--train-file``,
+    ``--passage-max-tokens``, ``--n-boot`` (2000 bootstrap resamples), ``--max-steps`` (smoke runs)
+    and ``--allow-uncommitted-plan`` (tests and smoke runs; recorded). The epilog is
+    :func:`gpu_epilog`'s GPU run, with the note that another generator is another study: the plan
+    names its reference generator, so a run with another ``--model`` writes another ``--out``.
+
+    Parameters
+    ----------
+    description : str
+        The parser's description (the script's first docstring line).
+    study_dir : str or os.PathLike
+        The study's folder under ``experiments/``, which holds ``plan.json`` and ``results/``.
+    script, gpu_args : str
+        The script's path from the repository root and the flags of its GPU run (:func:`gpu_epilog`).
+    workdir, workdir_help : str
+        ``--workdir``'s default and what the study keeps there.
+    device_help : str
+        What ``--device`` moves (the study's sweeps, its training too).
+    passage_max_tokens : int
+        The plan's cut of each passage, ``--passage-max-tokens``'s default.
+    """
+    here = Path(study_dir)
+    epilog = gpu_epilog(script, gpu_args, note="The plan names the reference generator; another --model is another "
+                                               "study: pass another --out.")
+    ap = argparse.ArgumentParser(description=description, epilog=epilog,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default=str(here / "results" / "confirm-qwen-cpu.json"))
+    ap.add_argument("--plan", default=str(here / "plan.json"))
+    ap.add_argument("--model", default=None, help="base generator: the plan's reference generator GGUF path")
+    ap.add_argument("--device", default="cpu", help=device_help)
+    ap.add_argument("--workdir", default=workdir, help=workdir_help)
+    ap.add_argument("--train-file", default=None, help="default: $RAGKIT_DATA/hotpotqa/train.jsonl")
+    ap.add_argument("--passage-max-tokens", type=int, default=passage_max_tokens,
+                    help="the plan's cut of each passage")
+    ap.add_argument("--n-boot", type=int, default=2000)
+    ap.add_argument("--max-steps", type=int, default=None, help="cut training (smoke runs only)")
+    ap.add_argument("--allow-uncommitted-plan", action="store_true", help="tests and smoke runs only; recorded")
+    return ap
 
 
 def rel(path: str | os.PathLike[str] | None) -> str | None:

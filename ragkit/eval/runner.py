@@ -24,11 +24,14 @@ Shared rankings: a method that differs from another of the run only in placement
 beside ``moi``, with the same reranker settings: :func:`ranking_sources`) does not rank again; it
 places and answers from the ranking its source computed for the same question and candidates
 (the reranker is deterministic given the seed, so the rows are the ones a separate run gives).
-The sources run first. The ledger stays honest about what each row costs on its own: the rows of
-a source and of a method that reuses it carry ``ranking_cost`` (the ranking's share of the chunk's
-model work and seconds, metered apart from placement and answering, with the reranker's generator
-sequences), and a reusing row's ``cost`` is its source's ``ranking_cost`` plus its own placement and
-answer, with ``ranking_reused_from`` naming the source. A reusing row ranks for itself (and carries
+The sources run first. The ledger stays honest about what each row costs on its own: every row
+carries ``ranking_cost`` (the ranking's share of the chunk's model work and seconds, metered apart
+from placement and answering, with the reranker's generator sequences and ``model_passes``, the
+reranker's own forward passes per question: encoder passes for a cross-encoder or a distilled
+student, which the generator meter does not see, generator forwards for a generator reranker), and
+a reusing row's ``cost`` is its source's ``ranking_cost`` plus its own placement and answer, with
+``ranking_reused_from`` naming the source. The aggregate's ``ranking_cost_per_question`` is their
+mean. A reusing row ranks for itself (and carries
 no ``ranking_reused_from``) when its source's ranking is not in this process's memory, as when the
 source's rows were resumed from the partial file.
 
@@ -79,6 +82,7 @@ __all__ = [
     "build_retriever",
     "candidates_for",
     "pipeline_corpus",
+    "records_with_candidates",
     "select_questions",
     "split_method",
     "ranking_sources",
@@ -325,6 +329,21 @@ def candidates_for(
     return list(retriever.search([r.query for r in records], k=n))
 
 
+def records_with_candidates(cfg: EvalConfig, records: Sequence[QARecord],
+                            pool: Sequence[QARecord] | None = None) -> list[QARecord]:
+    """``records`` with the first stage's top ``cfg.n_candidates`` (:func:`candidates_for` over the corpus
+    pooled from ``pool``, default ``records``) as their passages, best first.
+
+    The pipeline protocol's candidates as records, e.g. for labels (``ragkit distill labels
+    --retriever bm25``): pass every record of the data file (and of the pool files) as ``pool`` so
+    that a question's candidates do not depend on which questions are labelled.
+    """
+    import dataclasses
+
+    cands = candidates_for(cfg, records, pool=pool)
+    return [dataclasses.replace(r, passages=tuple(h.passage for h in c)) for r, c in zip(records, cands)]
+
+
 PIPELINE_PLACEMENTS: tuple[str, ...] = ("none", "reverse", "both_ends", "bias_aware", "prune")
 """What may follow ``@`` in a method name (``moi@prune``, ``upr@both_ends``)."""
 
@@ -528,6 +547,11 @@ def aggregate(
         res["cost_per_question"] = {key: float(np.mean([c[key] for c in costs if c.get(key) is not None]))
                                     for key in LEDGER_KEYS
                                     if any(c.get(key) is not None for c in costs)}
+        rcosts = [r.get("ranking_cost") for r in mrows]
+        if mrows and all(isinstance(c, dict) for c in rcosts):  # the reranker's share (older rows lack it)
+            res["ranking_cost_per_question"] = {key: float(np.mean([c[key] for c in rcosts]))
+                                                for key in (*LEDGER_KEYS, "model_passes")
+                                                if all(c.get(key) is not None for c in rcosts)}
         res["fallbacks"] = sum(bool(r.get("fallback", False)) for r in mrows)
         res["fallback_rate"] = float(np.mean([bool(r.get("fallback")) for r in mrows])) if mrows else 0.0
         for key in ("abstain", "harmful_share"):
@@ -629,6 +653,15 @@ def headline(
         hci = bootstrap_ci(diffs_of[i], n_bootstrap, seed, alpha=level)
         entries[i].update(p_holm=adjusted[i], holm_lo=hci["lo"], holm_hi=hci["hi"], holds=bool(adjusted[i] < alpha))
     return {"baseline": base, "alpha": alpha, "family": len(entries), "rows": entries}
+
+
+def _model_passes(ranking: RankedList) -> float:
+    """The reranker's own forward passes for one query: its call's ``info.forward_passes`` over the call's queries.
+
+    Encoder passes (one per question-passage pair, or per text embedded) for a cross-encoder or
+    student, which the generator meter does not see; generator forwards for a generator reranker.
+    """
+    return round(ranking.info.forward_passes / max(1, ranking.info.batch_queries), 2)
 
 
 def _chunk_cost(meter: Any, seconds: float, n: int) -> dict[str, Any]:
@@ -785,19 +818,19 @@ def run_eval(
                 outs = method.run_many(*args, True, rankings=rankings)
             cost = _chunk_cost(meter, time.perf_counter() - tc, len(chunk))
             rows = [_row(m, r, c, o, dataset, cost) for r, c, o in zip(chunk, cands, outs)]
-            if m in kept or m in sources:
-                rank_cost = _chunk_cost(rank_meter, rank_s, len(chunk))
-                for r, row, rk in zip(chunk, rows, rankings):
-                    if reused:  # the ledger charges the ranking this row stands on, then its own placement + answer
-                        row["ranking_cost"] = base_cost = cache[r.id][1]
-                        row["ranking_reused_from"] = sources[m]
-                        row["cost"].update({key: round(row["cost"][key] + base_cost[key], 4 if key == "seconds" else 2)
-                                            for key in LEDGER_KEYS[1:]})
-                        row["seconds"] = row["cost"]["seconds"]
-                    else:
-                        row["ranking_cost"] = {"generator_calls": int(rk.info.generator_calls), **rank_cost}
-                    if m in kept:
-                        kept[m][r.id] = (rk, row["ranking_cost"])
+            rank_cost = _chunk_cost(rank_meter, rank_s, len(chunk))
+            for r, row, rk in zip(chunk, rows, rankings):
+                if reused:  # the ledger charges the ranking this row stands on, then its own placement + answer
+                    row["ranking_cost"] = base_cost = cache[r.id][1]
+                    row["ranking_reused_from"] = sources[m]
+                    row["cost"].update({key: round(row["cost"][key] + base_cost[key], 4 if key == "seconds" else 2)
+                                        for key in LEDGER_KEYS[1:]})
+                    row["seconds"] = row["cost"]["seconds"]
+                else:
+                    row["ranking_cost"] = {"generator_calls": int(rk.info.generator_calls), **rank_cost,
+                                           "model_passes": _model_passes(rk)}
+                if m in kept:
+                    kept[m][r.id] = (rk, row["ranking_cost"])
             append_jsonl(partial, rows)
             for row in rows:
                 done[(m, row["qid"])] = row

@@ -7,8 +7,10 @@ context window and the token counters. :mod:`ragkit.generation.scoring` and
 :mod:`ragkit.generation.decoding` take a handle (never the :class:`~ragkit.generation.Generator`
 facade), so the package's imports run one way: handle -> decoding -> scoring -> generator.
 
-Every forward goes through :func:`forward_logits`, which counts it on the handle's counters and
-on the caller's :func:`~ragkit.generation.base.metered` meters.
+Every forward goes through :func:`forward_output` (most callers through :func:`forward_logits`, its
+logits and cache), which passes the cache and logits-to-keep arguments under the model's own names
+and counts the forward on the handle's counters and on the caller's
+:func:`~ragkit.generation.base.metered` meters.
 """
 
 from __future__ import annotations
@@ -23,8 +25,8 @@ from ragkit.generation.base import charge
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
-__all__ = ["ModelHandle", "chunks", "keep_argument", "cache_argument", "forward_logits", "cache_ok", "layout",
-           "positions", "crop"]
+__all__ = ["ModelHandle", "chunks", "keep_argument", "cache_argument", "forward_output", "forward_logits", "cache_ok",
+           "handle_of", "layout", "positions", "crop"]
 
 
 def _forward_parameters(model: Any) -> frozenset[str]:
@@ -113,21 +115,43 @@ def chunks(n: int, size: int) -> Iterator[range]:
         yield range(start, min(n, start + size))
 
 
-def forward_logits(
+def handle_of(generator: Any, what: str) -> ModelHandle:
+    """The :class:`ModelHandle` of a local :class:`~ragkit.generation.Generator` (``what``: the caller, for the error).
+
+    Raises
+    ------
+    ValueError
+        ``generator`` holds no local model (e.g. a server-backed generator).
+    """
+    h = getattr(generator, "handle", None)
+    if not isinstance(h, ModelHandle):
+        raise ValueError(f"{what} runs the model itself and needs a local ragkit.generation.Generator; "
+                         f"{type(generator).__name__} has none (use a local --model, not a server URL)")
+    return h
+
+
+def forward_output(
     h: ModelHandle,
     input_ids: torch.Tensor,
     attention_mask: torch.Tensor,
     position_ids: torch.Tensor,
     past: Any = None,
     keep: int = 1,
-) -> tuple[torch.Tensor, Any]:
-    """Float logits ``(B, keep, V)`` of the last ``keep`` input positions, and the cache.
+    *,
+    output_attentions: bool = False,
+    prefill: bool | None = None,
+) -> Any:
+    """The model's own output for one forward, counted: the primitive under :func:`forward_logits`.
 
-    The model's own ``forward`` is called (so any post-head transform of the architecture is
-    applied), with the logits-to-keep argument when the model has one. ``attention_mask`` covers
-    the cache and the new tokens. The counters ``h.counters`` (``prefill_tokens``: non-padding
-    tokens of multi-token forwards; ``decode_tokens``; ``forwards``) and the open
-    :func:`~ragkit.generation.base.metered` meters are updated.
+    The model's ``forward`` is called with the cache ``past`` (``use_cache`` when there is one) and,
+    when the model has the argument, logits for the last ``keep`` input positions only
+    (``output_attentions``: the attention weights too, for callers that read them). ``attention_mask``
+    covers the cache and the new tokens. The counters ``h.counters`` (``prefill_tokens``: non-padding
+    new tokens of a prefill; ``decode_tokens``; ``forwards``) and the open
+    :func:`~ragkit.generation.base.metered` meters are updated. ``prefill`` says which of the two the
+    new tokens are: ``None`` (decoding and scoring) takes a forward of more than one new position for a
+    prefill and a one-position forward for a decoding step; ``True`` counts a prefill at any width
+    (e.g. a one-token query row run over a cached prompt).
     """
     width = input_ids.shape[1]
     keep = max(1, min(int(keep), width))
@@ -135,14 +159,28 @@ def forward_logits(
     if h.keep_arg is not None:
         kw[h.keep_arg] = keep
     kw[h.cache_arg] = past
+    if output_attentions:
+        kw["output_attentions"] = True
     out = h.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
                   use_cache=past is not None, **kw)
-    logits = out.logits[:, -keep:].float()
     new = int(attention_mask[:, -width:].sum())
+    is_prefill = width > 1 if prefill is None else bool(prefill)
     h.counters["forwards"] += 1
-    h.counters["prefill_tokens" if width > 1 else "decode_tokens"] += new
-    charge(1, new if width > 1 else 0, 0 if width > 1 else new)
-    return logits, out.get(h.cache_arg)  # the output field has the argument's name
+    h.counters["prefill_tokens" if is_prefill else "decode_tokens"] += new
+    charge(1, new if is_prefill else 0, 0 if is_prefill else new)
+    return out
+
+
+def forward_logits(h: ModelHandle, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
+                   past: Any = None, keep: int = 1, *, prefill: bool | None = None) -> tuple[torch.Tensor, Any]:
+    """Float logits ``(B, keep, V)`` of the last ``keep`` input positions, and the cache.
+
+    The model's own ``forward`` is called (so any post-head transform of the architecture is
+    applied) through :func:`forward_output`, which counts it.
+    """
+    keep = max(1, min(int(keep), input_ids.shape[1]))
+    out = forward_output(h, input_ids, attention_mask, position_ids, past=past, keep=keep, prefill=prefill)
+    return out.logits[:, -keep:].float(), out.get(h.cache_arg)  # the output field has the argument's name
 
 
 def cache_ok(h: ModelHandle) -> bool:

@@ -29,7 +29,15 @@ A line of a label file (format ``ragkit-distill-labels/1``)::
      "design": "loo", "outcome": "gold", "generator_calls": 11}
 
 Label generation is resumable: question ids already in the file are skipped and new labels are
-appended (fsync'd) after each batch of questions, so a killed run loses at most one batch.
+appended (fsync'd) after each batch of questions, so a killed run loses at most one batch. Each
+label's ``metadata["cost"]`` records what it cost (its batch's generator forwards, prefilled
+tokens and seconds, shared equally by the batch's questions), and ``metadata["fallback"]`` whether
+MoI's separation test would have kept the input order at inference.
+
+The ``masked`` design labels with the estimator the ``moi_masked`` reranker runs at inference
+(:mod:`ragkit.debias.masked_loo`: one prefill of the passage block, each passage masked out in
+turn, the ``question`` outcome): a student or an attention probe then learns the utilities a user
+can compute without reference answers, at about UPR's cost instead of exact leave-one-out's.
 """
 
 from __future__ import annotations
@@ -46,6 +54,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ragkit.generation.base import metered
 from ragkit.io import append_jsonl, atomic_write_text, progress, read_appended_jsonl
 from ragkit.types import Passage, QARecord
 
@@ -55,6 +64,7 @@ if TYPE_CHECKING:  # pragma: no cover
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "LABEL_DESIGNS",
     "LABEL_FORMAT",
     "LabelRecord",
     "LabelStats",
@@ -62,10 +72,13 @@ __all__ = [
     "read_labels",
     "write_labels",
     "labels_from_results",
+    "label_moi",
     "label_references",
 ]
 
 LABEL_FORMAT = "ragkit-distill-labels/1"
+LABEL_DESIGNS = ("loo", "ablate", "mixed", "cyclic", "prior", "random", "masked")
+"""MoI designs :func:`generate_labels` takes; ``masked`` is the ``moi_masked`` reranker's estimator."""
 _REQUIRED = ("qid", "question", "passage_ids", "texts", "u")
 
 
@@ -338,8 +351,15 @@ class LabelStats:
 
 
 def _result_utilities(result: Any) -> np.ndarray:
-    """Utilities from a ``MoIResult`` (``utilities`` / ``u``) as a float array."""
-    for name in ("utilities", "u"):
+    """The estimator's utilities of a ``MoIResult`` as a float array.
+
+    ``raw_utilities`` (before the retriever blend and the fallback) where the result has them, else
+    ``utilities`` / ``u``. A label is the interventions' signal: the fallback, which replaces the
+    utilities by the input order when they do not separate the passages, is an inference-time
+    decision that would teach a student the retriever's order, so the label records it
+    (``metadata["fallback"]``) instead of taking it.
+    """
+    for name in ("raw_utilities", "utilities", "u"):
         v = getattr(result, name, None)
         if v is not None:
             return np.asarray(v, dtype=np.float64).reshape(-1)
@@ -364,13 +384,21 @@ def labels_from_results(
     design: str = "cyclic",
     outcome: str = "gold",
     source: str = "",
+    metadata: Sequence[Mapping[str, Any]] | None = None,
 ) -> list[LabelRecord]:
-    """Turn MoI results (one per record, passages in the record's order) into label records."""
+    """Turn MoI results (one per record, passages in the record's order) into label records.
+
+    ``metadata``: one mapping per record merged into its label's ``metadata`` (e.g. its cost); each
+    label also records ``fallback`` when the result has it.
+    """
     if len(records) != len(results):
         raise ValueError(f"{len(records)} records but {len(results)} MoI results")
     out: list[LabelRecord] = []
-    for rec, res in zip(records, results):
+    for n, (rec, res) in enumerate(zip(records, results)):
         u = _result_utilities(res)
+        meta: dict[str, Any] = dict(metadata[n]) if metadata is not None else {}
+        if getattr(res, "fallback", None) is not None:
+            meta["fallback"] = bool(res.fallback)
         if u.shape[0] != len(rec.passages):
             raise ValueError(
                 f"MoI returned {u.shape[0]} utilities for question {rec.id!r} with {len(rec.passages)} passages"
@@ -391,6 +419,7 @@ def labels_from_results(
                 design=design,
                 outcome=outcome,
                 generator_calls=_result_calls(res, len(ps)),
+                metadata=meta,
             )
         )
     return out
@@ -437,13 +466,17 @@ def generate_labels(
     out_path
         Label file (JSONL). Created if missing.
     batch_queries
-        Questions per ``MoI.run_batch`` call; labels are appended after each call.
+        Questions per ``MoI.run_batch`` call; labels are appended after each call. The ``masked``
+        design runs one question per call (its estimator is per question; the cost is then exact).
     resume
         Skip question ids already in ``out_path`` (a partial last line from a killed run is
         dropped). With ``resume=False`` an existing file is replaced.
     design
         MoI design (default ``"loo"``, chosen on train questions, see the module docstring;
         ``"ablate"``, ``"cyclic"``, ``"prior"``/``"random"`` (cheaper, noisier) also work).
+        ``"masked"``: leave-one-out estimated from one prefill with each passage masked out, the
+        ``moi_masked`` reranker's settings (:func:`ragkit.debias.presets.moi_settings`); it takes
+        ``outcome="question"`` only. Its labels are what ``moi_masked`` computes at inference.
     moi_kwargs
         Extra keyword arguments for :class:`ragkit.debias.MoI` (``profile``, ``lam``, ``seed``).
     source
@@ -459,10 +492,11 @@ def generate_labels(
     -------
     LabelStats
     """
-    from ragkit.debias import MoI
-
     if batch_queries < 1:
         raise ValueError(f"batch_queries must be >= 1, got {batch_queries}")
+    moi = label_moi(generator, design, outcome, moi_kwargs)  # bad settings fail before the file is touched
+    if design == "masked":  # its outcome runs one question at a time anyway; batches of one: each label its own cost
+        batch_queries = 1
     path = Path(out_path)
     if not resume and path.exists():
         atomic_write_text(path, "")
@@ -487,23 +521,26 @@ def generate_labels(
     logger.info("labelling %d questions (%d already in %s, %d unusable)",
                 len(todo), skipped_existing, path, skipped_unusable)
 
-    if outcome not in ("gold", "question"):
-        raise ValueError(f"label outcome must be 'gold' (reference answer) or 'question' (label-free), got {outcome!r}")
-    moi = MoI.from_settings(generator, design=design, outcome=outcome, **dict(moi_kwargs or {}))
     gen_name = str(getattr(generator, "name", "") or "")
     written = calls = 0
     t0 = time.perf_counter()
     batches = [todo[i : i + batch_queries] for i in range(0, len(todo), batch_queries)]
     for batch in progress(batches, show=show_progress, desc="MoI labels", unit="batch"):
-        results = moi.run_batch(
-            [r.question for r in batch],
-            [list(r.passages) for r in batch],
-            None,
-            [list(r.answers) for r in batch],
-            generate_answer=False,
-        )
+        tb = time.perf_counter()
+        with metered() as meter:
+            results = moi.run_batch(
+                [r.question for r in batch],
+                [list(r.passages) for r in batch],
+                None,
+                [list(r.answers) for r in batch],
+                generate_answer=False,
+            )
+        n = len(batch)
+        cost = {"cost": {"seconds": round((time.perf_counter() - tb) / n, 3),
+                         "forwards": round(meter.forward_passes / n, 2),
+                         "tokens_prefilled": round(meter.tokens_prefilled / n, 2), "batch_questions": n}}
         labels = labels_from_results(batch, results, generator_name=gen_name, design=design,
-                                     outcome=outcome, source=source)
+                                     outcome=outcome, source=source, metadata=[cost] * n)
         append_jsonl(path, (lab.to_dict() for lab in labels))
         written += len(labels)
         calls += sum(lab.generator_calls for lab in labels)
@@ -519,6 +556,29 @@ def generate_labels(
         seconds=seconds,
         generator_calls=calls,
     )
+
+
+def label_moi(generator: Any, design: str = "loo", outcome: str = "gold",
+              moi_kwargs: Mapping[str, Any] | None = None) -> Any:
+    """The :class:`ragkit.debias.MoI` that :func:`generate_labels` labels with (checked settings).
+
+    ``design="masked"`` is the ``moi_masked`` reranker's MoI (:func:`ragkit.debias.presets.moi_settings`), so
+    its labels are the utilities that reranker computes at inference; it needs ``outcome="question"``.
+    """
+    from ragkit.debias import MoI
+    from ragkit.debias.presets import moi_settings
+
+    if design not in LABEL_DESIGNS:
+        raise ValueError(f"unknown label design {design!r}; choose one of {', '.join(LABEL_DESIGNS)}")
+    if outcome not in ("gold", "question"):
+        raise ValueError(f"label outcome must be 'gold' (reference answer) or 'question' (label-free), got {outcome!r}")
+    kw = dict(moi_kwargs or {})
+    if design == "masked":
+        if outcome != "question":
+            raise ValueError("the masked design estimates the question outcome (label-free MoI, what moi_masked runs "
+                             f"at inference); pass outcome='question' (--outcome question), not {outcome!r}")
+        return MoI.from_settings(generator, **{**moi_settings("moi_masked"), **kw})
+    return MoI.from_settings(generator, design=design, outcome=outcome, **kw)
 
 
 def label_references(labs: Sequence[Any], seed: int = 0, n_perm: int = 200) -> dict[str, dict[str, list[float]]]:

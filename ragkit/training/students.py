@@ -146,6 +146,7 @@ def distill(
     force: bool = False,
     seed: int = 0,
     overwrite: bool = False,
+    held_out: Sequence[LabelRecord] | str | os.PathLike[str] | None = None,
     **train_kwargs: Any,
 ) -> StudentTrainResult:
     """Train a student recipe, check it against its first stage on held-out train questions, save it.
@@ -165,6 +166,9 @@ def distill(
         or ``"bi-encoder"`` (:func:`ragkit.training.bi_encoder.train_bi_encoder`).
     holdout
         Fraction of questions held out (``0``: no check; the card says so).
+    held_out
+        Held-out questions given explicitly (label records or file), e.g. the last questions of a
+        file, which a study fixes in advance; all of ``labels`` then trains and ``holdout`` must be 0.
     relevance
         Relevant passages of the check: ``"auto"`` (gold ids where a record has them, else the
         top-utility passages), ``"gold"`` or ``"labels"``.
@@ -178,7 +182,14 @@ def distill(
     if out_dir is not None:
         check_writable_dir(out_dir, "reranker", overwrite)
     labs = _as_labels(labels)
-    train, held = split_labels(labs, holdout, seed)
+    if held_out is not None:
+        if holdout:
+            raise ValueError(f"pass either held_out questions or a holdout fraction ({holdout}), not both")
+        train, held = labs, _as_labels(held_out)
+        if {lab.qid for lab in train} & {lab.qid for lab in held}:
+            raise ValueError("a held-out question is also a training question; the check needs unseen questions")
+    else:
+        train, held = split_labels(labs, holdout, seed)
     if student == "bi-encoder":
         from ragkit.training.bi_encoder import train_bi_encoder
 

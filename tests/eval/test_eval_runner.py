@@ -120,7 +120,7 @@ def test_kill_and_resume_matches_uninterrupted(tmp_path: Path, tiny_lm_dir: Path
     b = json.loads(out.read_text())
     assert b["timing"]["resumed_items"] == done
     def strip(rows: list[dict]) -> list[dict]:  # wall times differ; the token ledger does not
-        return [{k: ({c: x for c, x in v.items() if c != "seconds"} if k == "cost" else v)
+        return [{k: ({c: x for c, x in v.items() if c != "seconds"} if k in ("cost", "ranking_cost") else v)
                  for k, v in r.items() if k != "seconds"} for r in rows]
 
     assert strip(b["outputs"]) == strip(a["outputs"])

@@ -9,7 +9,15 @@ from pathlib import Path
 import pytest
 
 from ragkit.datasets import data_dir
-from ragkit.eval.harness import plan_commit, pre_registered, rel, resolve_recorded, study_config, study_main
+from ragkit.eval.harness import (
+    plan_commit,
+    pre_registered,
+    pre_registered_parser,
+    rel,
+    resolve_recorded,
+    study_config,
+    study_main,
+)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -70,3 +78,22 @@ def test_pre_registered_names_the_plan_commit_and_refuses_a_moved_plan(tmp_path:
     (tmp_path / "out.json").write_text(json.dumps({"plan": {"commit": "0" * 40}, "arms": {"a": 1}}))
     with pytest.raises(SystemExit, match="another commit of the plan"):
         pre_registered(untracked, tmp_path / "out.json", allow_uncommitted=True)
+
+
+def test_pre_registered_parser_has_the_shared_options_and_takes_the_study_s_own(tmp_path: Path) -> None:
+    ap = pre_registered_parser("A confirmation.", tmp_path, script="experiments/x/confirm.py",
+                               gpu_args="--device cuda --workdir /tmp/x", workdir="/w/confirm",
+                               workdir_help="trained models", device_help="cpu or cuda", passage_max_tokens=48)
+    ap.add_argument("--stage", default="report")  # a study's own option beside the shared ones
+    ns = study_config(ap, {})
+    assert vars(ns) == {"out": str(tmp_path / "results" / "confirm-qwen-cpu.json"), "plan": str(tmp_path / "plan.json"),
+                        "model": None, "device": "cpu", "workdir": "/w/confirm", "train_file": None,
+                        "passage_max_tokens": 48, "n_boot": 2000, "max_steps": None, "allow_uncommitted_plan": False,
+                        "stage": "report", "_argv": []}
+    args = ap.parse_args(["--max-steps", "2", "--n-boot", "50", "--allow-uncommitted-plan", "--stage", "train"])
+    assert (args.max_steps, args.n_boot, args.allow_uncommitted_plan, args.stage) == (2, 50, True, "train")
+    text = ap.format_help()
+    assert text.startswith("usage:") and "A confirmation." in text
+    assert "\n  python3 experiments/x/confirm.py --device cuda --workdir /tmp/x\n" in text  # the epilog as written
+    assert "another --model is another study: pass another --out" in text
+    assert "trained models" in text and "cpu or cuda" in text

@@ -185,3 +185,62 @@ def test_masked_moi_prefills_about_upr_tokens(tiny_gen) -> None:
         get_reranker(name, tiny_gen).rank(QUESTION, ps)
         cost[name] = tiny_gen.counters["prefill_tokens"]
     assert cost["moi_masked"] < 1.3 * cost["upr"] < cost["moi"]
+
+
+def test_masked_loo_and_icr_ledgers_count_each_forward_once(tiny_gen) -> None:
+    """Forward passes and prefilled tokens on the generator's counters and on the caller's meter: masked
+    leave-one-out prefills the block once, then ``cue + question`` per intervention in batches; ICR prefills
+    the prompt once, then the query and calibration rows in one forward. Nothing is decoded."""
+    from ragkit.debias.icr import ICRReranker, encode_with_spans, passage_layout
+    from ragkit.debias.masked_loo import masked_scores
+    from ragkit.generation.base import metered
+    from ragkit.generation.prompts import question_template
+
+    def ledger(fn):
+        before = dict(tiny_gen.counters)
+        with metered() as cost:
+            fn()
+        counters = {k: tiny_gen.counters[k] - before[k] for k in before}
+        return counters, (cost.forward_passes, cost.tokens_prefilled, cost.tokens_generated)
+
+    prompt, char_spans = passage_layout(tiny_gen, question_template(tiny_gen.template), QUESTION, PASSAGES)
+    p_ids, (q_ids,), spans = encode_with_spans(tiny_gen, prompt, char_spans, [QUESTION])
+    block_end = max(max(s) for s in spans if s) + 1
+    row = len(p_ids) - block_end + len(q_ids)
+    sets = [[0, 1, 2], [0, 2], [1, 2], [0, 1], [2]]
+    old_bs = tiny_gen.batch_size
+    tiny_gen.batch_size = 2
+    try:
+        counters, cost = ledger(lambda: masked_scores(tiny_gen, QUESTION, PASSAGES, sets))
+    finally:
+        tiny_gen.batch_size = old_bs
+    want = block_end + len(sets) * row  # the block once, the cue + question per intervention
+    assert counters == {"forwards": 1 + 3, "prefill_tokens": want, "decode_tokens": 0}  # 5 rows in batches of 2
+    assert cost == (4, want, 0)
+
+    icr = ICRReranker(tiny_gen)
+    p_ids, q_ids, n_ids, _ = icr.encode(QUESTION, PASSAGES)
+    want = len(p_ids) + len(q_ids) + len(n_ids)
+    counters, cost = ledger(lambda: icr.scores_one(QUESTION, PASSAGES))
+    assert counters == {"forwards": 2, "prefill_tokens": want, "decode_tokens": 0}
+    assert cost == (2, want, 0)
+    counters, cost = ledger(lambda: icr.token_attention(p_ids, [q_ids]))  # one query row, no calibration
+    assert counters == {"forwards": 2, "prefill_tokens": len(p_ids) + len(q_ids), "decode_tokens": 0}
+    assert cost == (2, len(p_ids) + len(q_ids), 0)
+    # a one-token query row is still a prefill (its tokens are the query's, not decoded ones)
+    counters, cost = ledger(lambda: icr.token_attention(p_ids, [q_ids[:1]]))
+    assert counters == {"forwards": 2, "prefill_tokens": len(p_ids) + 1, "decode_tokens": 0}
+    assert cost == (2, len(p_ids) + 1, 0)
+
+
+def test_masked_loo_needs_a_local_generator(tiny_gen) -> None:
+    from ragkit.debias.masked_loo import masked_scores
+
+    class Remote:  # the prompt settings of a generator, no local model
+        template = tiny_gen.template
+        tokenizer = tiny_gen.tokenizer
+        max_length = tiny_gen.max_length
+        model = None
+
+    with pytest.raises(ValueError, match="needs a local ragkit.generation.Generator"):
+        masked_scores(Remote(), QUESTION, PASSAGES, [[0, 1, 2]])

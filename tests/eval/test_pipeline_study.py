@@ -10,7 +10,7 @@ import pytest
 
 @pytest.fixture(scope="module")
 def study(load_bench):
-    return load_bench("run")
+    return load_bench("pipeline/run")
 
 
 def test_dev_stage_refuses_a_config_that_is_not_committed(study, tmp_path: Path) -> None:

@@ -190,7 +190,7 @@ def test_committed_configs_are_the_scripts_settings(config: str, load_bench) -> 
     cfg = __import__("json").loads((ROOT / config).read_text(encoding="utf-8"))
     script = cfg["_command"].split()[1]
     assert script.startswith(str(Path(config).parent.parent)) and (ROOT / script).is_file(), script
-    mod = load_bench(Path(script).stem)
+    mod = load_bench(str(Path(script).relative_to("experiments").with_suffix("")))  # "<study>/<name>"
     got = study_main(mod.build_parser(), lambda c: c, ["--config", str(ROOT / config)])
     for key, value in cfg.items():
         if key.startswith("_"):

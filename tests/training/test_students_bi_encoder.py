@@ -43,6 +43,7 @@ def test_bi_encoder_trains_and_saves_a_sentence_transformer(tiny_encoder_dir: Pa
     ranked = rr.rank("which river?", labels[0].passages())
     assert ranked.ids() == [labels[0].passage_ids[i] for i in np.argsort(-np.asarray(s[0]), kind="stable")]
     np.testing.assert_allclose(sorted(ranked.scores(), reverse=True), sorted(s[0], reverse=True), atol=1e-5)
+    assert ranked.info.forward_passes == 1 + len(labels[0].passage_ids)  # encoder passes: the question, each passage
 
 
 def test_bi_encoder_argument_errors() -> None:

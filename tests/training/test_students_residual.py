@@ -156,3 +156,19 @@ def test_split_and_arguments() -> None:
         split_labels(labs, 1.0)
     with pytest.raises(ValueError, match="unknown student"):
         distill(labs, None, "colbert")
+
+
+def test_explicit_held_out_questions(tiny_encoder_dir: Path) -> None:
+    """``held_out=``: the gate judges the questions a study fixed in advance; all the labels train."""
+    from ragkit.training.students import distill
+
+    train, held = _labels(16, 4, seed=1), _labels(5, 4, seed=2)
+    kw = dict(base_model=str(tiny_encoder_dir), epochs=1, batch_size=8, lr=1e-4, max_length=32, device="cpu",
+              show_progress=False)
+    res = distill(train, None, "residual", holdout=0.0, held_out=held, **kw)
+    c = res.reranker.metadata["comparison"]
+    assert c["num_queries"] == 5 and c["held_out_qids"] == [lab.qid for lab in held] and res.num_queries == 16
+    with pytest.raises(ValueError, match="not both"):
+        distill(train, None, "residual", holdout=0.2, held_out=held, **kw)
+    with pytest.raises(ValueError, match="also a training question"):
+        distill(train, None, "residual", holdout=0.0, held_out=train[:2], **kw)

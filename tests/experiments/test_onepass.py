@@ -1,0 +1,88 @@
+"""experiments/onepass/run.py: every step of the pre-registered plan on a tiny random LM and encoder (--limit)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(scope="module")
+def study(load_bench):
+    return load_bench("onepass/run")
+
+
+def test_selection_rule_and_label_sets(study) -> None:
+    def run(name, recipe, r3, mrr, passed=True):
+        return {"name": name, "recipe": recipe,
+                "comparison": {"passed": passed, "student": {"recall@3": r3, "mrr@10": mrr}}}
+
+    runs = [run("a", "residual", 0.6, 0.8), run("b", "residual", 0.6, 0.9), run("c", "residual", 0.9, 0.9, False),
+            run("d", "cross-encoder", 0.7, 0.1), run("e", "cross-encoder", 0.7, 0.1)]
+    sel = study.select_students(runs, ["residual", "bi-encoder", "cross-encoder"])
+    # recall@3 first, then MRR@10; a student below BM25 (passed False) is never chosen; ties keep the earlier
+    assert sel == {"per_recipe": {"residual": "b", "cross-encoder": "d"}, "headline": "cross-encoder",
+                   "no_eligible_student": ["bi-encoder"]}
+    plan = json.loads((Path(study.__file__).parent / "plan.json").read_text())
+    ids = [f"q{i}" for i in range(300)]
+    train, held = study.split_ids(ids, plan, None)
+    assert train == ids[:250] and held == ids[250:]
+    assert study.split_ids(ids, plan, 12) == (ids[:10], ids[10:12])
+    assert len(study.grid_points(plan, "residual", False)) == 4 and len(study.grid_points(plan, "residual", True)) == 1
+
+
+def test_dev_targets_by_hand(study) -> None:
+    def row(m, q, r3, mrr, sec):
+        return {"method": m, "qid": q, "metrics": {"recall@3": r3, "mrr@10": mrr}, "ranking_cost": {"seconds": sec},
+                "cost": {"seconds": sec}}
+
+    rows = []
+    for i in range(10):
+        q = f"q{i}"
+        rows += [row("none", q, 0.5, 0.5, 0.0), row("moi_masked", q, 1.0, 1.0, 40.0), row("s", q, 0.75, 0.75, 1.0),
+                 row("bad", q, 0.0, 0.0, 1.0)]
+    t = study.dev_targets(rows, ["s", "bad"], n_boot=100)
+    assert t["moi_gain_recall@3"] == pytest.approx(0.5)
+    assert t["s"]["gain_kept"][0] == pytest.approx(0.5) and t["s"]["gain_kept_met"] is True
+    assert t["s"]["never_below"] is True and t["s"]["cost_met"]
+    assert t["s"]["cost_ratio_seconds"] == pytest.approx(1 / 40)
+    assert t["bad"]["never_below"] is False and t["bad"]["gain_kept_met"] is False
+
+
+@pytest.mark.slow
+def test_every_step_on_tiny_models(study, shared_data: Path, tiny_lm_dir: Path, tiny_encoder_dir: Path,
+                                   tmp_path: Path) -> None:
+    out, work = tmp_path / "onepass.json", tmp_path / "work"
+    base = ["--model", str(tiny_lm_dir), "--device", "cpu", "--workdir", str(work), "--out", str(out), "--limit", "4",
+            "--base-model", str(tiny_encoder_dir), "--passage-tokens", "12", "--allow-uncommitted-plan", "--quiet"]
+    for step in ("labels", "students", "probe", "fidelity", "dev"):
+        assert study.main(["--step", step, *base]) == 0, step
+    res = json.loads(out.read_text())
+    assert res["plan"]["path"].endswith("onepass/plan.json") and res["smoke"]["limit"] == 4
+    steps = res["steps"]
+    assert steps["labels"]["questions"] == 4 and steps["labels"]["cost_per_question"]["tokens_prefilled"] > 0
+    runs = steps["students"]["runs"]
+    recipes, sets = ("residual", "bi-encoder", "cross-encoder"), ("masked", "passages", "both")
+    assert {(r["recipe"], r["label_set"]) for r in runs} == {(rc, s) for rc in recipes for s in sets}
+    assert all(r["comparison"]["num_queries"] >= 1 for r in runs)
+    sel = steps["students"]["selected"]
+    for rc in sel["per_recipe"]:
+        assert (work / "students" / rc).is_dir()
+    assert not (work / "students" / "_candidate").exists()  # only each recipe's best is kept
+    assert steps["probe"]["fit_questions"] == 2 and (work / "probe.json").exists()
+    fid = steps["fidelity"]
+    assert len(fid["rows"]) == 4 and all(len(r["exact"]) == 20 and len(r["scores"]["moi_attn"]) == 20
+                                         for r in fid["rows"])
+    assert fid["summary"]["moi_attn"]["top3_agreement"]["n"] == 4
+    # exact leave-one-out prefills far more than the masked estimator
+    assert all(r["cost"]["moi"]["tokens_prefilled"] > r["cost"]["moi_masked"]["tokens_prefilled"] for r in fid["rows"])
+    dev = steps["dev"]
+    assert dev["methods"][:2] == ["none", "moi_masked"] and dev["methods"][-1] == "moi_attn"
+    assert len(dev["methods"]) == 3 + len(sel["per_recipe"])
+    rows = json.loads((tmp_path / "onepass.dev.eval.json").read_text())["outputs"]
+    assert len(rows) == 4 * len(dev["methods"])
+    assert "moi_attn" in dev["targets"] and dev["targets"]["questions"] == 4
+    # resumable: a finished step run again adds nothing
+    assert study.main(["--step", "fidelity", *base]) == 0
+    assert len(json.loads(out.read_text())["steps"]["fidelity"]["rows"]) == 4
