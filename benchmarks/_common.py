@@ -6,6 +6,7 @@
   (:func:`load`), the same reranker called in-process one request after the other
   (:func:`sequential`), their latency table (:func:`latency_stats`) and the server's micro-batch
   counts (:func:`batch_counts`);
+* how far one backend's rankings are from torch's (:func:`agreement`);
 * one CORD (or plain CE) optimiser step on a collated batch (:func:`cord_step`).
 
 One copy of each, so that the CPU benchmarks and the GPU kit measure the same thing.
@@ -159,6 +160,23 @@ def batch_counts(url: str) -> tuple[float, float]:
         elif ln.startswith("ragkit_batch_size_count"):
             count = float(ln.split()[-1])
     return total, count
+
+
+# ----------------------------------------------------------------------------- rankings
+def agreement(ref: list[Any], got: list[Any]) -> dict[str, float]:
+    """How far rankings ``got`` are from ``ref`` (one ``Ranking`` per question, the same passages): the share
+    of questions with the same top-3 in order (``same_top3``) and as a set (``same_top3_set``: the same
+    three passages first, whatever their order), the mean per-question Spearman of the scores and the
+    largest score difference of a passage."""
+    from scipy.stats import spearmanr
+
+    by_id = [dict(zip(b.ids(), b.scores())) for b in got]
+    return {
+        "same_top3": float(np.mean([a.ids()[:3] == b.ids()[:3] for a, b in zip(ref, got)])),
+        "same_top3_set": float(np.mean([set(a.ids()[:3]) == set(b.ids()[:3]) for a, b in zip(ref, got)])),
+        "spearman": float(np.mean([spearmanr(a.scores(), [g[i] for i in a.ids()])[0] for a, g in zip(ref, by_id)])),
+        "max_abs_diff": float(max(abs(x - g[i]) for a, g in zip(ref, by_id) for i, x in zip(a.ids(), a.scores()))),
+    }
 
 
 # ----------------------------------------------------------------------------- CORD

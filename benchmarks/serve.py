@@ -67,8 +67,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-from _common import batch_counts, free_port, load, rss_mb, sequential, wait_until_up
+from _common import agreement, batch_counts, free_port, load, rss_mb, sequential, wait_until_up
 
 from ragkit.eval.harness import gpu_epilog, write_result
 
@@ -270,18 +269,6 @@ def _start(folder: Path, a: argparse.Namespace, env: dict[str, str], extra: list
     return proc, url
 
 
-def _agreement(ref: list[Any], got: list[Any]) -> dict[str, float]:
-    """Share of questions with the same top-3 as torch in order (``same_top3``) and as a set
-    (``same_top3_set``: the same three paragraphs first, whatever their order), and the mean Spearman."""
-    from scipy.stats import spearmanr
-
-    top3 = float(np.mean([a.ids()[:3] == b.ids()[:3] for a, b in zip(ref, got)]))
-    top3_set = float(np.mean([set(a.ids()[:3]) == set(b.ids()[:3]) for a, b in zip(ref, got)]))
-    rho = float(np.mean([spearmanr(a.scores(), [dict(zip(b.ids(), b.scores()))[i] for i in a.ids()])[0]
-                         for a, b in zip(ref, got)]))
-    return {"same_top3": top3, "same_top3_set": top3_set, "spearman": rho}
-
-
 def _compare_backends(a: argparse.Namespace, argv: list[str] | None) -> int:
     """The ``--backends`` run (see the module docstring)."""
     import torch
@@ -324,7 +311,7 @@ def _compare_backends(a: argparse.Namespace, argv: list[str] | None) -> int:
     ref = torch_student.rank_many(qs, ps)
     rows: dict[str, Any] = {}
     for b in backends:
-        agree = _agreement(ref, DistilledReranker.load(folder, device=a.device, backend=b).rank_many(qs, ps))
+        agree = agreement(ref, DistilledReranker.load(folder, device=a.device, backend=b).rank_many(qs, ps))
         proc, url = _start(folder, a, env, ["--backend", b])
         try:
             asyncio.run(load(url, workload, 4, 2.0))  # warm-up
