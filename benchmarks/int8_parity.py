@@ -48,7 +48,7 @@ sys.path.insert(0, str(ROOT))
 
 from _common import agreement  # noqa: E402
 
-from ragkit.eval.harness import write_result  # noqa: E402
+from ragkit.eval.harness import gpu_epilog, write_result  # noqa: E402
 
 LAYERS = 6
 VARIANTS = ["fp32", "int8", "keep-head", "keep-head-first-last-layers", "keep-last-layer", "keep-first-last-layers",
@@ -132,7 +132,10 @@ def _smooth(src: Path, dst: Path, which: Callable[[str], bool], tokenizer: Any, 
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+    epilog = gpu_epilog("benchmarks/int8_parity.py", None, note=(
+        "GPU: not applicable. int8 graphs are the CPU backends of ONNX Runtime; the agreement does not depend "
+        "on the machine's speed, so any CPU reproduces the table."))
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog=epilog,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--student", required=True, help="a saved student folder (DistilledReranker)")
     ap.add_argument("--docs", type=int, default=10, help="paragraphs per bundled question (10)")
