@@ -1,4 +1,4 @@
-"""Benchmark: how far int8 variants of a student's ONNX graph move its ranking from torch's (no timing).
+"""Benchmark: how far int8 variants of a student's ONNX graph move its ranking from torch's, and their speed.
 
 The served student (``--student DIR``, a saved ``DistilledReranker``) ranks the bundled HotpotQA
 questions (the first 10 paragraphs of each, as ``benchmarks/serve.py --backends`` does) with torch;
@@ -28,6 +28,13 @@ Variants (``--variants``, comma-separated; all by default):
 Parity needs no idle cores (nothing is timed)::
 
     python benchmarks/int8_parity.py --student students/minilm-gold --out benchmarks/results/int8-parity-gold.json
+
+With ``--time`` each graph (and torch) also ranks all the questions again, one client, ``--threads``
+threads, best of ``--repeats``; the row gets its seconds and its speed over torch's, measured in the
+same run (run it on idle cores)::
+
+    python benchmarks/int8_parity.py --student students/minilm-gold --variants fp32,int8,keep-ffn-out,keep-ffn \
+        --time --out benchmarks/results/int8-speed-gold-cpu.json
 """
 
 from __future__ import annotations
@@ -48,7 +55,7 @@ sys.path.insert(0, str(ROOT))
 
 from _common import agreement  # noqa: E402
 
-from ragkit.eval.harness import gpu_epilog, write_result  # noqa: E402
+from ragkit.eval.harness import gpu_epilog, machine_info, write_result  # noqa: E402
 
 LAYERS = 6
 VARIANTS = ["fp32", "int8", "keep-head", "keep-head-first-last-layers", "keep-last-layer", "keep-first-last-layers",
@@ -131,6 +138,17 @@ def _smooth(src: Path, dst: Path, which: Callable[[str], bool], tokenizer: Any, 
     return len(targets)
 
 
+def _best_seconds(engine: Any, qs: list[str], ps: list[list[Any]], repeats: int) -> float:
+    """Best wall time of ``repeats`` passes of ``engine.rank_many`` over all questions (after one warm-up)."""
+    engine.rank_many(qs[:2], ps[:2])
+    best = float("inf")
+    for _ in range(max(1, repeats)):
+        t0 = time.perf_counter()
+        engine.rank_many(qs, ps)
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
 def main(argv: list[str] | None = None) -> int:
     epilog = gpu_epilog("benchmarks/int8_parity.py", None, note=(
         "GPU: not applicable. int8 graphs are the CPU backends of ONNX Runtime; the agreement does not depend "
@@ -144,6 +162,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--calibration", default=str(CALIBRATION), help="label file whose pairs calibrate SmoothQuant")
     ap.add_argument("--calibration-questions", type=int, default=16)
     ap.add_argument("--work", default=None, help="folder for the graphs (default: a temporary one)")
+    ap.add_argument("--time", action="store_true", help="also time each graph and torch (run on idle cores)")
+    ap.add_argument("--repeats", type=int, default=2, help="timed passes per graph with --time; the best counts (2)")
+    ap.add_argument("--threads", type=int, default=2, help="torch and ONNX Runtime threads with --time (2)")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "int8-parity.json"))
     a = ap.parse_args(argv)
     variants = [v.strip() for v in a.variants.split(",") if v.strip()]
@@ -160,6 +181,14 @@ def main(argv: list[str] | None = None) -> int:
     qs, ps = [r.question for r in recs], [list(r.passages[: a.docs]) for r in recs]
     student = DistilledReranker.load(a.student, device="cpu")
     ref = student.rank_many(qs, ps)
+    timing: dict[str, Any] = {}
+    if a.time:
+        import torch
+
+        torch.set_num_threads(a.threads)
+        timing = {"threads": a.threads, "repeats": a.repeats,
+                  "torch_seconds": _best_seconds(student, qs, ps, a.repeats)}
+        print(f"torch: {timing['torch_seconds']:.2f} s for {len(qs)} questions", flush=True)
     top = [np.sort(r.scores())[::-1] for r in ref if len(r.scores()) > 3]
     spread = {"median_std": float(np.median([x.std() for x in top])),
               "median_gap_3rd_4th": float(np.median([x[2] - x[3] for x in top])),
@@ -198,19 +227,25 @@ def main(argv: list[str] | None = None) -> int:
         engine.model = OnnxCrossEncoder(path, student.model.tokenizer, max_length)
         t0 = time.perf_counter()
         row.update(agreement(ref, engine.rank_many(qs, ps)))
+        if a.time:
+            row["seconds"] = _best_seconds(engine, qs, ps, a.repeats)
+            row["speed_over_torch"] = timing["torch_seconds"] / row["seconds"]
+            print(f"{v:>22}: {row['seconds']:.2f} s, {row['speed_over_torch']:.2f}x torch", flush=True)
         rows[v] = row
         print(f"{v:>22}: same top-3 {row['same_top3']:.0%} in order, {row['same_top3_set']:.0%} as a set, Spearman "
-              f"{row['spearman']:.4f}, largest difference {row['max_abs_diff']:.4f} ({time.perf_counter() - t0:.0f} s, "
-              "shared cores)", flush=True)
-    print(f"\n| variant | of {len(names)} products kept fp32 | same top-3 in order | as a set | mean Spearman |\n"
-          "|---|---|---|---|---|")
+              f"{row['spearman']:.4f}, largest difference {row['max_abs_diff']:.4f} ({time.perf_counter() - t0:.0f} s)",
+              flush=True)
+    print(f"\n| variant | of {len(names)} products kept fp32 | same top-3 in order | as a set | mean Spearman | "
+          "speed over torch |\n|---|---|---|---|---|---|")
     for v, row in rows.items():
+        speed = f"{row['speed_over_torch']:.2f}x" if "speed_over_torch" in row else "not timed"
         print(f"| {v} | {row.get('kept_fp32', '')} | {row['same_top3']:.0%} | {row['same_top3_set']:.0%} | "
-              f"{row['spearman']:.3f} |")
+              f"{row['spearman']:.3f} | {speed} |")
     write_result(a.out, {
         "command": "python benchmarks/int8_parity.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         "student": {k: v for k, v in student.metadata.items() if k not in ("base_path",)},
         "questions": len(qs), "docs_per_question": a.docs, "torch_score_spread": spread, "by_variant": rows,
+        **({"timing": {**timing, "machine": machine_info()}} if a.time else {}),
     })
     print(f"-> {a.out}")
     return 0
