@@ -26,7 +26,7 @@ SHARED_DATA = data_dir()  # $RAGKIT_DATA (ragkit.datasets.data_dir)
 
 def load_benchmark(name: str) -> ModuleType:
     """The script ``name`` as a module (loaded once): ``benchmarks/<name>.py`` or ``experiments/<study>/<name>.py``
-    (``"<study>/<name>"`` where two studies have a script of that name).
+    (``"<folder>/<name>"`` for ``benchmarks/gpu/run.py`` or where two studies have a script of that name).
 
     Its folder goes on ``sys.path`` (as when it runs as a script), for its folder's shared module
     (``benchmarks/_shapes.py``, ``experiments/moi_lab/_lab.py``).
@@ -34,15 +34,17 @@ def load_benchmark(name: str) -> ModuleType:
     mod_name = f"ragkit_bench_{name.replace('/', '_')}"
     if mod_name in sys.modules:
         return sys.modules[mod_name]
-    if "/" in name:  # "<study>/<name>": a script whose name another study's folder also has
-        found = [ROOT / "experiments" / f"{name}.py"]
+    if "/" in name:  # "<folder>/<name>": benchmarks/gpu/run.py, or a script another study's folder also has
+        found = [p for p in (ROOT / "benchmarks" / f"{name}.py", ROOT / "experiments" / f"{name}.py") if p.is_file()]
     else:
         found = [p for p in [ROOT / "benchmarks" / f"{name}.py", *sorted((ROOT / "experiments").glob(f"*/{name}.py"))]
                  if p.is_file()]
         if len(found) > 1:
             names = ", ".join(str(p.relative_to(ROOT)) for p in found)
             raise ValueError(f"{name!r} names {len(found)} scripts ({names}); pass '<study>/<name>'")
-    path = next(p for p in found if p.is_file())
+    if not found:
+        raise FileNotFoundError(f"no script {name!r} under benchmarks/ or experiments/")
+    path = found[0]
     if str(path.parent) not in sys.path:
         sys.path.insert(0, str(path.parent))
     spec = importlib.util.spec_from_file_location(mod_name, path)
