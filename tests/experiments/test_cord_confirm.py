@@ -11,7 +11,7 @@ import pytest
 
 @pytest.fixture(scope="module")
 def study(load_bench) -> ModuleType:
-    return load_bench("confirm")
+    return load_bench("cord/confirm")
 
 
 def _small_plan(tmp_path: Path) -> Path:
