@@ -37,6 +37,7 @@ __all__ = [
     "ir_metrics_per_query",
     "EvalConfig",
     "run_eval",
+    "headline",
     "position_sweep",
     "SweepResult",
     "retriever_consistency",
@@ -48,6 +49,7 @@ __all__ = [
 _LAZY = {
     "EvalConfig": "ragkit.eval.runner",
     "run_eval": "ragkit.eval.runner",
+    "headline": "ragkit.eval.runner",
     "position_sweep": "ragkit.eval.sweep",
     "SweepResult": "ragkit.eval.sweep",
     "retriever_consistency": "ragkit.eval.consistency",

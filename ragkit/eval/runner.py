@@ -610,9 +610,13 @@ HEADLINE_ANSWER_METRICS: dict[str, tuple[str, ...]] = {
 
 def headline(
     rows: Sequence[dict[str, Any]], dataset: str, methods: Sequence[str], k: int, n_bootstrap: int, seed: int,
-    alpha: float = 0.05,
+    alpha: float = 0.05, pairs: Sequence[tuple[str, str]] | None = None,
 ) -> dict[str, Any]:
     """The headline table: each method after the first against the first, Holm-corrected across all its rows.
+
+    ``pairs`` replaces the default contrasts (``(m, methods[0])`` for each later method) by any
+    ``(a, b)`` pairs, each read as ``a - b``: one reranker against several first stages, say,
+    whose rows come from different runs on the same questions (``baseline`` is then ``None``).
 
     A row is (method, metric) for recall@K, nDCG@10 and the dataset's headline answer metrics
     (:data:`HEADLINE_ANSWER_METRICS`): the mean paired difference with its 95% paired-bootstrap
@@ -625,24 +629,28 @@ def headline(
     """
     from ragkit.eval.stats import holm, paired_p_value
 
-    if len(methods) < 2:
-        return {"baseline": methods[0] if methods else None, "alpha": alpha, "rows": []}
-    base = methods[0]
+    if pairs is None:
+        if len(methods) < 2:
+            return {"baseline": methods[0] if methods else None, "alpha": alpha, "rows": []}
+        pairs = [(m, methods[0]) for m in methods[1:]]
+        base: str | None = methods[0]
+    else:
+        base = None
     by = {(r["method"], r["qid"]): r for r in rows}
     metrics = (recall_key(k), "ndcg@10", *HEADLINE_ANSWER_METRICS.get(dataset, DATASET_METRICS[dataset][:1]))
     entries: list[dict[str, Any]] = []
     diffs_of: list[list[float]] = []
-    for m in methods[1:]:
-        qids = [q for (mm, q) in by if mm == m and (base, q) in by]
+    for m, b in pairs:
+        qids = [q for (mm, q) in by if mm == m and (b, q) in by]
         for name in metrics:
-            pairs = [(by[(m, q)]["metrics"][name], by[(base, q)]["metrics"][name]) for q in qids
-                     if name in by[(m, q)]["metrics"] and name in by[(base, q)]["metrics"]]
-            if not pairs:
+            both = [(by[(m, q)]["metrics"][name], by[(b, q)]["metrics"][name]) for q in qids
+                    if name in by[(m, q)]["metrics"] and name in by[(b, q)]["metrics"]]
+            if not both:
                 continue
-            x, y = [a for a, _ in pairs], [b for _, b in pairs]
-            d = [a - b for a, b in pairs]
+            x, y = [u for u, _ in both], [v for _, v in both]
+            d = [u - v for u, v in both]
             ci = bootstrap_ci(d, n_bootstrap, seed)
-            entries.append({"contrast": f"{m} - {base}", "method": m, "metric": name, "mean": ci["mean"],
+            entries.append({"contrast": f"{m} - {b}", "method": m, "metric": name, "mean": ci["mean"],
                             "lo": ci["lo"], "hi": ci["hi"], "n": ci["n"],
                             "p": paired_p_value(x, y, seed=seed, n_boot=n_bootstrap)})
             diffs_of.append(d)

@@ -27,7 +27,13 @@ def test_committed_dev_configs_are_frozen_before_any_result(study) -> None:
         cfg = json.loads(f.read_text(encoding="utf-8"))
         assert cfg["stage"] == "dev" and cfg["_frozen"]["frozen_before_any_dev_run"] is True, f.name
         assert cfg["_frozen"]["reason"] and "select" in cfg["_frozen"]["reason"]
-    assert not list((root / "experiments" / "pipeline").glob("results/*-dev*.json"))
+    # a dev result names the commit of its config, and the config has not changed since
+    for f in sorted((root / "experiments" / "pipeline").glob("results/*-dev*.json")):
+        if f.name.endswith(".eval.json"):
+            continue
+        r = json.loads(f.read_text(encoding="utf-8"))
+        assert r["stage"] == "dev" and r["config_frozen"] is True, f.name
+        assert study.config_commit(str(root / r["config"])) == (r["config_commit"], True), f.name
 
 
 def test_best_reranker_is_label_free_by_metric_then_tokens(study) -> None:
@@ -61,3 +67,28 @@ def test_study_contrasts_pair_prune_with_plain_top_k(study) -> None:
     c = study.study_contrasts(rows, ["f1", "em"], n_boot=200)
     assert list(c) == ["moi@prune - moi"]
     assert c["moi@prune - moi"]["f1"] == pytest.approx([0.3, 0.3, 0.3]) and "em" not in c["moi@prune - moi"]
+
+
+def test_headline_pairs_rows_across_runs_on_committed_results(load_bench, tmp_path: Path) -> None:
+    """compare.py: one reranker against baselines from two runs, Holm-corrected over the whole table."""
+    compare = load_bench("pipeline/compare")
+    res = Path(compare.__file__).parent / "results"
+    out = tmp_path / "h.json"
+    runs = {"b75": str(res / "hotpotqa-select.eval.json"), "b0": str(res / "hotpotqa-select-blend0.eval.json")}
+    assert compare.main(["--runs", json.dumps(runs), "--reranker", "b0:moi_masked",
+                         "--against", "b75:none,b75:upr,b75:moi_masked", "--bootstrap", "300", "--out", str(out)]) == 0
+    r = json.loads(out.read_text())
+    h = r["headline"]
+    assert h["baseline"] is None and h["family"] == 3 * 4  # 3 baselines x (recall@3, ndcg@10, f1, em)
+    by = {(x["contrast"], x["metric"]): x for x in h["rows"]}
+    # the means are the committed aggregates' differences (20 train questions, paired)
+    agg75 = json.loads((res / "hotpotqa-select.json").read_text())["aggregate"]
+    agg0 = json.loads((res / "hotpotqa-select-blend0.json").read_text())["aggregate"]
+    for base in ("none", "upr", "moi_masked"):
+        for m in ("recall@3", "f1"):
+            want = agg0["moi_masked"][m]["mean"] - agg75[base][m]["mean"]
+            assert by[(f"b0:moi_masked - b75:{base}", m)]["mean"] == pytest.approx(want)
+    assert r["questions_in_common"] == 20 and r["cost"]["b75:upr"]["cost_per_question"]["generator_calls"] == 21
+    assert all(x["holm_lo"] <= x["lo"] + 1e-12 for x in h["rows"])
+    with pytest.raises(SystemExit, match="no rows for b75:moi"):
+        compare.main(["--runs", json.dumps(runs), "--against", "b75:moi", "--reranker", "b0:none", "--out", str(out)])
