@@ -39,7 +39,8 @@ Resumability: every finished (method, question) output is appended (fsync'd) to
 ``<out>.partial.jsonl``; the first line of that file fingerprints the configuration. A restarted
 run with the same configuration skips finished items, so it ends with the same per-question
 outputs as an uninterrupted run (chunks are cut at the same boundaries). The final report is
-written atomically and the partial file removed.
+written atomically and the partial file removed; started again, a finished run with the same
+configuration takes its rows from that report and runs nothing again (``resume=False`` to redo it).
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ import logging
 import math
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -224,15 +225,38 @@ class EvalConfig:
         are left out, so a run without them keeps its earlier fingerprint; a retrieved run names
         its pooling (every record of the file), which changed the candidates of limited runs.
         """
-        d = asdict(self)
-        for key in ("n_bootstrap", "limit", "methods", "chunk_size", "batch_size", "device", "offset"):
+        return config_fingerprint(asdict(self))
+
+
+def config_fingerprint(config: Mapping[str, Any]) -> str:
+    """:meth:`EvalConfig.fingerprint` of a configuration as a report stores it (``report["config"]``)."""
+    d = dict(config)
+    for key in ("n_bootstrap", "limit", "methods", "chunk_size", "batch_size", "device", "offset"):
+        d.pop(key, None)
+    for key, default in (("candidates", None), ("corpus", ())):
+        if d.get(key) in (default, list(default) if isinstance(default, tuple) else default):
             d.pop(key, None)
-        for key, default in (("candidates", None), ("corpus", ())):
-            if d.get(key) in (default, list(default) if isinstance(default, tuple) else default):
-                d.pop(key, None)
-        if self.retriever != "given":
-            d["pool"] = "all-records"
-        return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    if d.get("retriever") != "given":
+        d["pool"] = "all-records"
+    return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _finished_rows(out: Path, fingerprint: str) -> dict[tuple[str, str], dict[str, Any]]:
+    """The rows of a finished report at ``out`` made with the same configuration (none otherwise).
+
+    A finished run removes its partial file, so without this a second start of the same command
+    would run every question again: hours for a generator study, and a second dev run of a config
+    meant to run once. Its rows are checked as resumed partial rows are (:func:`_check_resumed_row`).
+    """
+    try:
+        report = json.loads(out.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(report, dict) or not isinstance(report.get("config"), dict) \
+            or config_fingerprint(report["config"]) != fingerprint or not isinstance(report.get("outputs"), list):
+        return {}
+    return {(r["method"], r["qid"]): r for r in (_check_resumed_row(out, i, r) for i, r in
+                                                  enumerate(report["outputs"]))}
 
 
 def answer_metrics(dataset: str, prediction: str, answers: Sequence[str]) -> dict[str, float]:
@@ -755,6 +779,10 @@ def run_eval(
                 partial, {"_fingerprint": fp, "config": asdict(cfg)}, resume, key="_fingerprint", with_lines=True))}
     if done:
         logger.info("resuming: %d (method, question) outputs already in %s", len(done), partial)
+    elif resume and out_path.is_file():
+        done = _finished_rows(out_path, fp)
+        if done:
+            logger.info("resuming: %d (method, question) outputs of the finished report %s", len(done), out_path)
 
     todo = {m: [r for r in recs if (m, r.id) not in done] for m in cfg.methods}
     n_todo = sum(len(v) for v in todo.values())

@@ -70,6 +70,26 @@ def test_resume_rejects_other_config(tmp_path: Path, tiny_gen) -> None:
     assert out.exists()
 
 
+def test_a_finished_run_started_again_runs_nothing(tmp_path: Path, tiny_gen) -> None:
+    """The partial file is gone once the report is written; the report's own rows then resume the run."""
+    from ragkit.generation.base import metered
+
+    out = tmp_path / "r.json"
+    cfg = EvalConfig(sample=True, limit=2, k=3, max_new_tokens=2, n_bootstrap=10, methods=("none", "moi"))
+    first = run_eval(cfg, out=out, records=sample_records(2), generator=tiny_gen, show_progress=False)
+    assert not (tmp_path / "r.json.partial.jsonl").exists()
+    with metered() as meter:
+        again = run_eval(cfg, out=out, records=sample_records(2), generator=tiny_gen, show_progress=False)
+    assert meter.forward_passes == 0 and again["timing"]["resumed_items"] == 4
+    assert [(r["method"], r["qid"], r["prediction"], r["ranking"]) for r in again["outputs"]] == \
+        [(r["method"], r["qid"], r["prediction"], r["ranking"]) for r in first["outputs"]]
+    # another configuration does not take those rows
+    other = EvalConfig(sample=True, limit=2, k=2, max_new_tokens=2, n_bootstrap=10, methods=("none",))
+    with metered() as meter:
+        run_eval(other, out=out, records=sample_records(2), generator=tiny_gen, show_progress=False)
+    assert meter.forward_passes > 0
+
+
 def _cli_cmd(tiny_lm_dir: Path, out: Path, limit: int) -> list[str]:
     return [sys.executable, "-m", "ragkit.cli", "eval", "--model", str(tiny_lm_dir), "--limit", str(limit),
             "--k", "4", "--passage-max-tokens", "16", "--max-new-tokens", "4", "--chunk-size", "2",
