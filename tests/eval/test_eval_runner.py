@@ -83,6 +83,10 @@ def test_a_finished_run_started_again_runs_nothing(tmp_path: Path, tiny_gen) -> 
     assert meter.forward_passes == 0 and again["timing"]["resumed_items"] == 4
     assert [(r["method"], r["qid"], r["prediction"], r["ranking"]) for r in again["outputs"]] == \
         [(r["method"], r["qid"], r["prediction"], r["ranking"]) for r in first["outputs"]]
+    # a method added to the same configuration runs alone; the finished rows stay as they were
+    more = EvalConfig(sample=True, limit=2, k=3, max_new_tokens=2, n_bootstrap=10, methods=("none", "moi", "random"))
+    grown = run_eval(more, out=out, records=sample_records(2), generator=tiny_gen, show_progress=False)
+    assert grown["timing"]["resumed_items"] == 4 and [r["method"] for r in grown["outputs"]].count("random") == 2
     # another configuration does not take those rows
     other = EvalConfig(sample=True, limit=2, k=2, max_new_tokens=2, n_bootstrap=10, methods=("none",))
     with metered() as meter:
