@@ -647,9 +647,12 @@ def headline(
     interval, the two-sided bootstrap p-value (:func:`ragkit.eval.stats.paired_p_value`), the
     Holm-adjusted p-value over the ``m`` rows of the table (:func:`ragkit.eval.stats.holm`; Holm,
     1979) and the Holm interval: the percentile interval at level ``1 − alpha / (m − r)`` for the
-    row with the ``r``-th smallest p-value (0-based), the level Holm's step-down tests it at, so
-    "the Holm interval excludes 0" and "the adjusted p-value is below alpha" agree up to the
-    bootstrap's resolution. ``holds`` is the latter.
+    row with the ``r``-th smallest p-value (0-based), the level Holm's step-down tests it at.
+    ``holds`` is the test's verdict, the adjusted p-value below alpha; read it, not the interval.
+    The two usually agree, but a Holm interval can exclude 0 on a row that does not hold: the
+    step-down stops at the first row it cannot reject and rejects none after it, and for
+    differences that take few values (EM's -1, 0, 1) the centred-bootstrap p-value and the
+    percentile interval can fall on either side of the level.
     """
     from ragkit.eval.stats import holm, paired_p_value
 
