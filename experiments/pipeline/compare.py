@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from ragkit.eval import headline
-from ragkit.eval.harness import gpu_epilog, rel, study_main, write_result
+from ragkit.eval.harness import gpu_epilog, rel, study_config, study_main, write_result
 
 HERE = Path(__file__).parent
 
@@ -51,36 +51,30 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def load_rows(runs: Mapping[str, str]) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]:
-    """Every run's per-question rows, their method renamed ``label:method``, and each one's cost per question."""
+    """Every run's per-question rows, their method renamed ``label:method``, and each method's summary.
+
+    The summary is read from the run's own ``aggregate``: its metric means, cost per question,
+    fallback rate and number of questions.
+    """
     rows: list[dict[str, Any]] = []
-    cost: dict[str, dict[str, Any]] = {}
+    summary: dict[str, dict[str, Any]] = {}
     for label, path in runs.items():
         report = json.loads(Path(path).read_text(encoding="utf-8"))
         for r in report["outputs"]:
             rows.append({**r, "method": f"{label}:{r['method']}"})
         for m, agg in report["aggregate"].items():
-            cost[f"{label}:{m}"] = {"cost_per_question": agg.get("cost_per_question"),
-                                    "generator_calls_per_question": agg.get("generator_calls_per_question"),
-                                    "seconds_per_question": agg.get("seconds_per_question"),
-                                    "fallback_rate": agg.get("fallback_rate"), "questions": agg.get("questions")}
-    return rows, cost
-
-
-def means(rows: list[dict[str, Any]], methods: list[str]) -> dict[str, dict[str, float]]:
-    """Each method's mean of every metric its rows carry."""
-    out: dict[str, dict[str, float]] = {}
-    for m in methods:
-        ms = [r["metrics"] for r in rows if r["method"] == m]
-        names = sorted({k for x in ms for k in x})
-        out[m] = {k: sum(x[k] for x in ms if k in x) / max(1, sum(k in x for x in ms)) for k in names}
-        out[m]["questions"] = len(ms)
-    return out
+            summary[f"{label}:{m}"] = {
+                "means": {**{k: v["mean"] for k, v in agg.items() if isinstance(v, dict) and "mean" in v},
+                          "questions": agg.get("questions")},
+                "cost": {"cost_per_question": agg.get("cost_per_question"),
+                         "generator_calls_per_question": agg.get("generator_calls_per_question"),
+                         "seconds_per_question": agg.get("seconds_per_question"),
+                         "fallback_rate": agg.get("fallback_rate"), "questions": agg.get("questions")}}
+    return rows, summary
 
 
 def run(config: Mapping[str, Any]) -> int:
     """Write the headline JSON and print its rows."""
-    from ragkit.eval.harness import study_config
-
     args = study_config(build_parser(), config)
     against = [a.strip() for a in args.against.split(",") if a.strip()]
     if not args.runs:
@@ -88,7 +82,7 @@ def run(config: Mapping[str, Any]) -> int:
     missing = [p for p in args.runs.values() if not Path(p).is_file()]
     if missing:
         raise SystemExit(f"run report(s) not found: {', '.join(missing)}; run their configs first (README: Commands)")
-    rows, cost = load_rows(args.runs)
+    rows, summary = load_rows(args.runs)
     present = {r["method"] for r in rows}
     absent = [m for m in (args.reranker, *against) if m not in present]
     if absent:
@@ -103,8 +97,8 @@ def run(config: Mapping[str, Any]) -> int:
     result = {"study": "pipeline", "stage": "headline", "config": rel(cfg_file) if cfg_file else None,
               "runs": {k: rel(v) for k, v in args.runs.items()}, "reranker": args.reranker, "against": against,
               "questions_in_common": len(common), "questions_per_method": {m: len(q) for m, q in qsets.items()},
-              "means": means(rows, [args.reranker, *against]),
-              "cost": {m: cost.get(m) for m in (args.reranker, *against)}, "headline": table}
+              "means": {m: summary[m]["means"] for m in (args.reranker, *against)},
+              "cost": {m: summary[m]["cost"] for m in (args.reranker, *against)}, "headline": table}
     write_result(out, result)
     for r in table["rows"]:
         print(f"{r['contrast']:<32} {r['metric']:<10} {r['mean']:+.3f} [{r['lo']:+.3f}, {r['hi']:+.3f}] "
