@@ -456,8 +456,10 @@ class Study:
                           max_new_tokens=cfg["max_new_tokens"], chunk_size=cfg["chunk_size"], seed=cfg["seed"],
                           n_bootstrap=cfg["bootstrap"], device=self.args.device, method_kwargs=settings)
         eval_out = self.out.with_suffix(".dev.eval.json")
+        # rows of the pipeline's dev run with the same settings (none, moi_masked) are taken, not recomputed
+        reuse = [HERE.parents[1] / r for r in cfg.get("reuse", [])]
         report = run_eval(ecfg, out=eval_out, records=select_questions(ecfg, recs), pool=pool,
-                          show_progress=not self.args.quiet)
+                          show_progress=not self.args.quiet, reuse=[r for r in reuse if r.is_file()])
         one_pass = [*students, "moi_attn"]
         headline = sel["headline"]
         self.result["steps"]["dev"] = {

@@ -152,6 +152,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--plot", default=None, metavar="DIR", help="write PNG bar plots here")
     p.add_argument("--resume", action=argparse.BooleanOptionalAction, default=True,
                    help="skip questions already in <out>.partial.jsonl (default on)")
+    p.add_argument("--reuse", action="append", default=[], metavar="REPORT",
+                   help="a finished eval report (repeatable) whose rows this run takes for the methods it ran with "
+                        "the same settings on the same candidates, instead of running them again")
     _add_common(p)
     p.set_defaults(func=_run_eval, _default_out=default_report_name)
     set_requirements(p, _requires)
@@ -229,7 +232,10 @@ def _run_eval(args: argparse.Namespace) -> int:
               f"{pmt} tokens, methods {','.join(cfg.methods)}, generator {cfg.model or 'embedded SmolLM2'}",
               file=sys.stderr)
     t0 = time.perf_counter()
-    report = run_eval(cfg, out=out, report_md=args.report, plot_dir=args.plot, resume=args.resume)
+    for r in args.reuse:
+        if not Path(r).is_file():
+            raise FileNotFoundError(f"--reuse {r}: no such file; pass the JSON report of a finished ragkit eval run")
+    report = run_eval(cfg, out=out, report_md=args.report, plot_dir=args.plot, resume=args.resume, reuse=args.reuse)
     md = args.report or str(Path(out).with_suffix(".md"))
     emit(report, args, text_summary(report)
          + f"\n{report['n_questions']} questions in {time.perf_counter() - t0:.1f} s; wrote {out} and {md}",

@@ -41,6 +41,14 @@ run with the same configuration skips finished items, so it ends with the same p
 outputs as an uninterrupted run (chunks are cut at the same boundaries). The final report is
 written atomically and the partial file removed; started again, a finished run with the same
 configuration takes its rows from that report and runs nothing again (``resume=False`` to redo it).
+
+Reused rows (``reuse``): a study that adds methods to a finished run (the same questions, corpus,
+generator and settings) need not pay again for the methods that run already has. Rows of another
+report are taken for a method when the two configurations agree on everything that changes outputs
+except the method list and the other methods' settings (:func:`_reusable_rows`) and the row's
+candidates are the ones this run retrieves for that question (a check of the pooled corpus, which
+the configuration does not name). A taken row keeps its own ledger, measured when it ran, and names
+its report in ``reused_from``; the report counts them in ``timing.reused_items``.
 """
 
 from __future__ import annotations
@@ -257,6 +265,44 @@ def _finished_rows(out: Path, fingerprint: str) -> dict[tuple[str, str], dict[st
         return {}
     return {(r["method"], r["qid"]): r for r in (_check_resumed_row(out, i, r) for i, r in
                                                   enumerate(report["outputs"]))}
+
+
+def _reusable_rows(
+    paths: Sequence[str | os.PathLike[str]], cfg: EvalConfig,
+) -> dict[tuple[str, str], dict[str, Any]]:
+    """Rows of the reports at ``paths`` that a run of ``cfg`` may take instead of computing them.
+
+    A report qualifies when its configuration has :func:`config_fingerprint` of ``cfg`` once both
+    drop ``method_kwargs``; of its methods, those that ``cfg`` also runs with the same settings
+    (``method_kwargs[method]``, compared as JSON) give their rows. Each row is checked as a resumed
+    row is (:func:`_check_resumed_row`) and gains ``reused_from``; the first report that has a
+    (method, question) wins. A report that does not qualify is logged and skipped, never an error:
+    reuse only saves work.
+    """
+    def norm(v: Any) -> str:
+        return json.dumps(v or {}, sort_keys=True, default=str)
+
+    mine = asdict(cfg)
+    base_fp = config_fingerprint({**mine, "method_kwargs": {}})
+    out: dict[tuple[str, str], dict[str, Any]] = {}
+    for p in paths:
+        path = Path(p)
+        try:
+            report = json.loads(path.read_text(encoding="utf-8"))
+            theirs = report["config"]
+            rows = report["outputs"]
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise ValueError(f"cannot reuse rows of {path}: {e}; pass a ragkit eval report (JSON)") from e
+        if config_fingerprint({**theirs, "method_kwargs": {}}) != base_fp:
+            logger.warning("not reusing rows of %s: its configuration differs from this run's beyond the methods",
+                           path)
+            continue
+        same = {m for m in cfg.methods if m in (theirs.get("methods") or [])
+                and norm((theirs.get("method_kwargs") or {}).get(m)) == norm(cfg.method_kwargs.get(m))}
+        for i, row in enumerate(rows):
+            if isinstance(row, dict) and row.get("method") in same and (row["method"], row.get("qid")) not in out:
+                out[(row["method"], row["qid"])] = {**_check_resumed_row(path, i, row), "reused_from": str(path)}
+    return out
 
 
 def answer_metrics(dataset: str, prediction: str, answers: Sequence[str]) -> dict[str, float]:
@@ -716,6 +762,7 @@ def run_eval(
     show_progress: bool | None = None,
     on_chunk: Callable[[int], None] | None = None,
     pool: Sequence[QARecord] | None = None,
+    reuse: Sequence[str | os.PathLike[str]] = (),
 ) -> dict[str, Any]:
     """Run an evaluation and write its JSON (and markdown) report.
 
@@ -736,6 +783,9 @@ def run_eval(
     pool
         With ``records``: the records whose passages form the retriever's corpus (default: ``records``).
         Without ``records`` the corpus pools every record of ``cfg``'s data file.
+    reuse
+        Finished reports whose rows this run may take instead of computing them: the methods they
+        ran with this run's settings on the same candidates (see the module docstring).
     on_chunk
         Progress callback, called after each chunk is appended (fsync'd) to the partial file with
         the number of items appended so far in this call; an exception it raises stops the run,
@@ -789,6 +839,7 @@ def run_eval(
 
     todo = {m: [r for r in recs if (m, r.id) not in done] for m in cfg.methods}
     n_todo = sum(len(v) for v in todo.values())
+    offered = {key: row for key, row in _reusable_rows(reuse, cfg).items() if key not in done} if reuse else {}
     t_load = time.perf_counter()
     cands_by_id: dict[str, RankedList] = {}
     corpus_size: int | None = None
@@ -804,7 +855,19 @@ def run_eval(
             retriever = build_retriever(cfg, corpus)
         all_cands = candidates_for(cfg, recs, retriever)
         cands_by_id = {r.id: c for r, c in zip(recs, all_cands)}
-        if generator is None:
+        taken = [row for m, items in todo.items() for r in items if (row := offered.get((m, r.id))) is not None
+                 and row["candidates"] == cands_by_id[r.id].ids()]
+        if len(taken) < sum(1 for m, items in todo.items() for r in items if (m, r.id) in offered):
+            logger.warning("some reusable rows have other candidates than this run retrieves (another corpus?): "
+                           "those questions run again")
+        if taken:
+            append_jsonl(partial, taken)
+            for row in taken:
+                done[(row["method"], row["qid"])] = row
+            logger.info("reusing %d (method, question) outputs of %s", len(taken), ", ".join(map(str, reuse)))
+            todo = {m: [r for r in recs if (m, r.id) not in done] for m in cfg.methods}
+            n_todo = sum(len(v) for v in todo.values())
+        if generator is None and n_todo:
             from ragkit.generation import load_generator
 
             generator = load_generator(
@@ -910,7 +973,8 @@ def run_eval(
         "timing": {
             "total_seconds": round(time.perf_counter() - t0, 3),
             "setup_seconds": round(load_s, 3),
-            "resumed_items": len(rows_final) - appended,
+            "resumed_items": len(rows_final) - appended - sum("reused_from" in r for r in rows_final),
+            "reused_items": sum("reused_from" in r for r in rows_final),
         },
         "outputs": rows_final,
     }

@@ -94,6 +94,44 @@ def test_a_finished_run_started_again_runs_nothing(tmp_path: Path, tiny_gen) -> 
     assert meter.forward_passes > 0
 
 
+def test_rows_of_another_report_are_reused_only_where_they_would_come_out_the_same(tmp_path: Path, tiny_gen) -> None:
+    """``reuse``: a method run with the same settings on the same candidates is taken, not run again."""
+    import json
+
+    from ragkit.generation.base import metered
+
+    first_out = tmp_path / "first.json"
+    base = dict(sample=True, limit=2, k=3, max_new_tokens=2, n_bootstrap=10)
+    first = run_eval(EvalConfig(**base, methods=("none", "moi")), out=first_out, records=sample_records(2),
+                     generator=tiny_gen, show_progress=False)
+    # everything taken: no model work at all, the same rows, each naming where it came from
+    with metered() as meter:
+        same = run_eval(EvalConfig(**base, methods=("moi", "none")), out=tmp_path / "same.json",
+                        records=sample_records(2), generator=tiny_gen, show_progress=False, reuse=[first_out])
+    assert meter.forward_passes == 0 and same["timing"]["reused_items"] == 4
+    assert {(r["method"], r["qid"], r["prediction"]) for r in same["outputs"]} == \
+        {(r["method"], r["qid"], r["prediction"]) for r in first["outputs"]}
+    assert all(r["reused_from"] == str(first_out) for r in same["outputs"])
+    # moi with another setting runs again; none is taken
+    with metered() as meter:
+        other = run_eval(EvalConfig(**base, methods=("none", "moi"), method_kwargs={"moi": {"blend": 0.5}}),
+                         out=tmp_path / "other.json", records=sample_records(2), generator=tiny_gen,
+                         show_progress=False, reuse=[first_out])
+    assert meter.forward_passes > 0 and other["timing"]["reused_items"] == 2
+    assert {r["method"] for r in other["outputs"] if "reused_from" in r} == {"none"}
+    # a question whose stored candidates are not this run's runs again (another corpus behind the same config)
+    report = json.loads(first_out.read_text())
+    report["outputs"][0]["candidates"] = list(reversed(report["outputs"][0]["candidates"]))
+    first_out.write_text(json.dumps(report))
+    edited = run_eval(EvalConfig(**base, methods=("none",)), out=tmp_path / "edited.json", records=sample_records(2),
+                      generator=tiny_gen, show_progress=False, reuse=[first_out])
+    assert edited["timing"]["reused_items"] == 1
+    # another prompt size changes every answer: nothing is taken
+    k2 = run_eval(EvalConfig(**{**base, "k": 2}, methods=("none",)), out=tmp_path / "k2.json",
+                  records=sample_records(2), generator=tiny_gen, show_progress=False, reuse=[first_out])
+    assert k2["timing"]["reused_items"] == 0
+
+
 def _cli_cmd(tiny_lm_dir: Path, out: Path, limit: int) -> list[str]:
     return [sys.executable, "-m", "ragkit.cli", "eval", "--model", str(tiny_lm_dir), "--limit", str(limit),
             "--k", "4", "--passage-max-tokens", "16", "--max-new-tokens", "4", "--chunk-size", "2",
