@@ -121,6 +121,17 @@ def check_device(device: str) -> None:
             raise ValueError(f"CUDA is not available (device {device!r} was asked for); use --device cpu or auto")
 
 
+DTYPE_NAMES: dict[str, str] = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16",
+                               "float16": "float16", "fp16": "float16"}
+"""The dtype names ``resolve_dtype`` takes besides ``"auto"``, each with its ``torch`` attribute."""
+
+
+def check_dtype(dtype: str) -> None:
+    """Raise a clear error when ``dtype`` is neither ``"auto"`` nor a name of :data:`DTYPE_NAMES`."""
+    if dtype not in ("auto", *DTYPE_NAMES):
+        raise ValueError(f"unknown dtype {dtype!r}; use one of {sorted(DTYPE_NAMES)} or 'auto'")
+
+
 def resolve_dtype(dtype: str | torch.dtype | None, device: str) -> torch.dtype:
     """Pick a dtype: ``"auto"`` gives bf16 on CUDA (fp16 where bf16 is unsupported), fp32 on CPU."""
     import torch
@@ -131,11 +142,8 @@ def resolve_dtype(dtype: str | torch.dtype | None, device: str) -> torch.dtype:
         if device.startswith("cuda"):
             return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
         return torch.float32
-    names = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
-             "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}
-    if dtype not in names:
-        raise ValueError(f"unknown dtype {dtype!r}; use one of {sorted(names)} or 'auto'")
-    return names[dtype]
+    check_dtype(dtype)
+    return getattr(torch, DTYPE_NAMES[dtype])
 
 
 # ----------------------------------------------------------------------------- embedder

@@ -158,7 +158,7 @@ class RAGPipeline:
 
     @classmethod
     def default(cls, index: str | None = None, model: str | None = None, use_moi: bool = True, k: int = 5,
-                device: str = "auto", **moi_kwargs: Any) -> RAGPipeline:
+                device: str = "auto", dtype: str = "auto", **moi_kwargs: Any) -> RAGPipeline:
         """A pipeline on the embedded defaults.
 
         Parameters
@@ -171,6 +171,8 @@ class RAGPipeline:
             Rerank with MoI and place bias-aware (``moi_kwargs`` go to
             :class:`ragkit.debias.MoIReranker`; ``placement="ranked"`` keeps the ranking order;
             ``passage_max_tokens`` goes to the generator); otherwise answer from the retriever order.
+        device, dtype
+            Where the generator runs and its weights' dtype (``"auto"``: bf16 on CUDA, fp32 on a CPU).
         """
         from ragkit.generation import load_generator
         from ragkit.retrievers import BM25Retriever, load_retriever
@@ -181,7 +183,8 @@ class RAGPipeline:
             from ragkit.datasets import sample_corpus
 
             retriever = BM25Retriever().index(sample_corpus())
-        gen = load_generator(model, device=device, passage_max_tokens=moi_kwargs.pop("passage_max_tokens", None))
+        gen = load_generator(model, device=device, dtype=dtype,
+                             passage_max_tokens=moi_kwargs.pop("passage_max_tokens", None))
         placement = moi_kwargs.pop("placement", "bias_aware") if use_moi else "none"
         if use_moi:
             from ragkit.debias.reranker import MoIReranker

@@ -144,6 +144,9 @@ def run(config: Mapping[str, Any]) -> int:
         return pool[lo:hi]
 
     tr = plan["training"]
+    # the weights' dtype of every training and sweep (the plan's; fp32 where an older plan names none)
+    dtype = plan.get("dtype", {}).get("value", "float32")
+    result["dtype"] = dtype
     examples: list = []
 
     def model_dir(arm: str, seed: int) -> Path:
@@ -163,7 +166,7 @@ def run(config: Mapping[str, Any]) -> int:
                             per_device_train_batch_size=1, passage_max_tokens=a.passage_max_tokens,
                             learning_rate=tr["learning_rate"], max_steps=steps, seed=seed, logging_steps=5,
                             save_steps=max(1, min(25, steps)), resume_from_checkpoint="last",
-                            **arm_settings(plan, arm))
+                            dtype=dtype, **arm_settings(plan, arm))
             summary = train_cord(examples, st)
             rec = result["arms"].setdefault(arm, {"per_seed": {}})["per_seed"].setdefault(str(seed), {})
             rec["train"] = {k: v for k, v in summary.items() if k != "settings"}
@@ -175,7 +178,7 @@ def run(config: Mapping[str, Any]) -> int:
         label = f"{key}-k{k}"
         if label in rec.get("sweeps", {}):
             return rec["sweeps"][label]
-        gen = Generator(model=trained(arm, seed), device=a.device, passage_max_tokens=a.passage_max_tokens,
+        gen = Generator(model=trained(arm, seed), device=a.device, dtype=dtype, passage_max_tokens=a.passage_max_tokens,
                         batch_size=8, show_progress=False)
         slots = [s - 1 for s in plan["sweeps"][f"k{k}"]["gold_slots_1_based"]]
         part = Path(a.workdir) / "sweeps" / f"{arm.replace(':', '_')}-seed{seed}-{label}.partial.jsonl"

@@ -237,7 +237,8 @@ class Study:
         if self._gen is None:
             from ragkit.generation import load_generator
 
-            kw: dict[str, Any] = {"device": self.args.device, "show_progress": False}
+            kw: dict[str, Any] = {"device": self.args.device, "show_progress": False,
+                                  "dtype": self.plan["protocol"].get("dtype", "auto")}
             tokens = self.args.passage_tokens if self.args.passage_tokens else self.plan["protocol"]["passage_tokens"]
             if tokens:
                 kw["passage_max_tokens"] = int(tokens)
@@ -454,12 +455,11 @@ class Study:
                           methods=tuple(methods), model=self.args.model,
                           passage_max_tokens=self.args.passage_tokens or cfg["passage_tokens"],
                           max_new_tokens=cfg["max_new_tokens"], chunk_size=cfg["chunk_size"], seed=cfg["seed"],
-                          n_bootstrap=cfg["bootstrap"], device=self.args.device, method_kwargs=settings)
+                          n_bootstrap=cfg["bootstrap"], device=self.args.device, method_kwargs=settings,
+                          dtype=cfg.get("dtype", "auto"))
         eval_out = self.out.with_suffix(".dev.eval.json")
-        # rows of the pipeline's dev run with the same settings (none, moi_masked) are taken, not recomputed
-        reuse = [HERE.parents[1] / r for r in cfg.get("reuse", [])]
         report = run_eval(ecfg, out=eval_out, records=select_questions(ecfg, recs), pool=pool,
-                          show_progress=not self.args.quiet, reuse=[r for r in reuse if r.is_file()])
+                          show_progress=not self.args.quiet)
         one_pass = [*students, "moi_attn"]
         headline = sel["headline"]
         self.result["steps"]["dev"] = {

@@ -77,6 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--bootstrap", type=int, default=1000)
     p.add_argument("--device", default="auto")
+    p.add_argument("--dtype", default="auto",
+                   help="the generator's weights: auto (fp32 on a CPU, bf16 on CUDA), float32, bfloat16")
     p.add_argument("--select-metric", default="f1", help="select stage: the metric that names the best reranker")
     p.add_argument("--allow-uncommitted", action="store_true",
                    help="dev stage: run a config that is not committed (smoke tests only; the JSON says so)")
@@ -190,7 +192,8 @@ def run(config: Mapping[str, Any]) -> int:
                       methods=tuple(m.strip() for m in args.methods.split(",") if m.strip()),
                       model=args.model, passage_max_tokens=args.passage_tokens, max_new_tokens=args.max_new_tokens,
                       batch_size=args.batch_size, chunk_size=args.chunk_size, seed=args.seed,
-                      n_bootstrap=args.bootstrap, device=args.device, method_kwargs=dict(args.method_settings))
+                      n_bootstrap=args.bootstrap, device=args.device, method_kwargs=dict(args.method_settings),
+                      dtype=args.dtype)
     name = Path(cfg_file).stem if cfg_file else f"{args.dataset}-{args.stage}"
     out = Path(args.out or Path(__file__).parent / "results" / f"{name}.json")
     out.parent.mkdir(parents=True, exist_ok=True)

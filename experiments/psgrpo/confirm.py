@@ -203,6 +203,8 @@ def run(config: Mapping[str, Any]) -> int:
     out = Path(a.out)
     work = Path(a.workdir)
     tr, ev = plan["training"], plan["evaluation"]
+    # the weights' dtype of the rewriter, every training and evaluation (the plan's; "auto" where it names none)
+    dtype = plan.get("dtype", {}).get("value", "auto")
     n_wordings = int(plan["paraphrases"]["n_wordings"])
     max_new = min(int(tr["max_completion_length"]), a.max_new_tokens or 10 ** 9)
     settings = {"passage_max_tokens": a.passage_max_tokens, "k": K, "max_new_tokens": max_new,
@@ -210,7 +212,7 @@ def run(config: Mapping[str, Any]) -> int:
                 "learning_rate": tr["learning_rate"], "beta": tr["beta"], "reward_similarity": "bleu2 (exact)",
                 "rewrite_filter": {"max_jaccard": 0.8, "keep_terms": True, "tries": 3}, "device": a.device,
                 "max_train_sets": a.max_train_sets, "max_dev_sets": a.max_dev_sets, "max_steps": a.max_steps,
-                "save_steps": a.save_steps, "n_boot": a.n_boot}
+                "save_steps": a.save_steps, "n_boot": a.n_boot, "dtype": dtype}
     free = ("n_boot", "save_steps")  # change no result
     if ({k: v for k, v in result.get("settings", settings).items() if k not in free}
             != {k: v for k, v in settings.items() if k not in free} or result.get("model", rel(base)) != rel(base)):
@@ -246,7 +248,8 @@ def run(config: Mapping[str, Any]) -> int:
             qs, answers = [r.question for r in todo], [list(r.answers) for r in todo]
             if strong:
                 if gen_base is None:
-                    gen_base = Generator(base, device=a.device, template="auto", batch_size=8, show_progress=False)
+                    gen_base = Generator(base, device=a.device, dtype=dtype, template="auto", batch_size=8,
+                                        show_progress=False)
                 para = LLMParaphraser(gen_base, seed=0, tries=3, rewrite_filter=RewriteFilter(max_jaccard=0.8),
                                       max_new_tokens=rewrite_tokens)
                 rep = para.paraphrase_with_report(qs, n_wordings - 1, answers=answers)
@@ -293,7 +296,7 @@ def run(config: Mapping[str, Any]) -> int:
                           lora_r=16, learning_rate=float(tr["learning_rate"]), beta=float(tr["beta"]), epsilon=0.2,
                           kappa=0, reward="bleu2", temperature=1.0, max_completion_length=max_new,
                           passage_max_tokens=a.passage_max_tokens, seed=seed, save_steps=a.save_steps,
-                          logging_steps=1, use_cpu=a.device == "cpu", resume_from_checkpoint="last",
+                          logging_steps=1, use_cpu=a.device == "cpu", resume_from_checkpoint="last", dtype=dtype,
                           **arm_reward(plan, arm))
         summary = train_psgrpo(training_sets("train_strong" if spec["paraphrases"] == "strong" else "train_weak"), st)
         hist = summary.get("history", [])
@@ -313,7 +316,7 @@ def run(config: Mapping[str, Any]) -> int:
             logging.info("%s seed %d: evaluated already (%s)", arm, seed, out)
             return
         model = trained(arm, seed)
-        gen = Generator(model, device=a.device, template="auto", passage_max_tokens=a.passage_max_tokens,
+        gen = Generator(model, device=a.device, dtype=dtype, template="auto", passage_max_tokens=a.passage_max_tokens,
                         batch_size=8, show_progress=False)
         rep = evaluate_consistency(gen, dev, wordings, retriever=retriever, k=K, similarity="bleu2",
                                    max_new_tokens=max_new).to_dict()

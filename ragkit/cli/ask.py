@@ -56,7 +56,8 @@ def _ask(args: argparse.Namespace) -> int:
         moi_kwargs = {**moi_kwargs_from_args(args), "profile": profile_from_args(args),
                       "calibrate_profile": args.calibrate_profile}
     rag = RAGPipeline.default(index=args.index, model=args.model, use_moi=not args.no_moi, k=args.k,
-                              device=args.device, passage_max_tokens=args.passage_max_tokens or None, **moi_kwargs)
+                              device=args.device, dtype=args.dtype,
+                              passage_max_tokens=args.passage_max_tokens or None, **moi_kwargs)
     _check_k_fits(args.k, rag.generator)
     res = rag.ask(args.question)
     result: dict[str, Any] = {"index": args.index or "bundled HotpotQA sample (BM25)",

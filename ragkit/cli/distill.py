@@ -24,6 +24,7 @@ from typing import Any
 
 from ragkit.cli._common import (
     add_data_args,
+    add_dtype_arg,
     add_output_args,
     emit,
     float_between,
@@ -120,6 +121,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     lab.add_argument("--passage-tokens", dest="passage_max_tokens", type=positive_int, help=argparse.SUPPRESS)
     lab.add_argument("--no-resume", action="store_true", help="replace --out instead of appending to it")
     lab.add_argument("--device", default="auto")
+    add_dtype_arg(lab)
     add_output_args(lab, required=True, result=False,
                     out_help="label file (JSONL) to append to; question ids already in it are skipped")
     lab.set_defaults(func=_labels)
@@ -136,6 +138,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     pr.add_argument("--seed", type=int, default=0)
     pr.add_argument("--passage-max-tokens", type=int, default=None, help="truncate each passage in the prompt")
     pr.add_argument("--device", default="auto")
+    add_dtype_arg(pr)
     pr.add_argument("--probe-out", default=None,
                     help="probe JSON to write (default: ragkit/data/probes/<model-fingerprint>.json)")
     add_output_args(pr, out_help="also write the JSON report to this file")
@@ -202,7 +205,7 @@ def _labels(args: argparse.Namespace) -> int:
              f"wrote {len(labs)} gold-passage labels ({len(records) - len(labs)} questions without both a gold and "
              f"a non-gold candidate skipped) -> {args.out}")
         return 0
-    gen_kw: dict[str, Any] = {"device": args.device}
+    gen_kw: dict[str, Any] = {"device": args.device, "dtype": args.dtype}
     if args.passage_max_tokens is not None:
         gen_kw["passage_max_tokens"] = args.passage_max_tokens
     generator = load_generator(args.model, **gen_kw)
@@ -243,7 +246,7 @@ def _probe(args: argparse.Namespace) -> int:
 
     labels = read_labels(args.labels)
     train, held = split_labels(labels, args.holdout, args.seed)
-    gen_kw: dict[str, Any] = {"device": args.device}
+    gen_kw: dict[str, Any] = {"device": args.device, "dtype": args.dtype}
     if args.passage_max_tokens is not None:
         gen_kw["passage_max_tokens"] = args.passage_max_tokens
     generator = load_generator(args.model, **gen_kw)

@@ -175,8 +175,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--resume", action=argparse.BooleanOptionalAction, default=True,
                    help="skip contexts already in <out>.partial.jsonl, written 10 questions at a time (default on)")
     _add_common(s)
-    s.add_argument("--dtype", default="auto",
-                   help="weights' dtype: auto (bf16 on CUDA, else fp32), float32, bfloat16 (faster on many CPUs)")
     s.set_defaults(func=_run_sweep)
 
     c = esub.add_parser("consistency", help="retriever / generator / end-to-end consistency across paraphrases")
@@ -199,7 +197,7 @@ def _generator(args: argparse.Namespace) -> Any:
 
     return load_generator(args.model, device=args.device, template=args.template, batch_size=args.batch_size,
                           passage_max_tokens=args.passage_max_tokens, show_progress=None,
-                          **({"dtype": args.dtype} if getattr(args, "dtype", "auto") != "auto" else {}))
+                          **({"dtype": args.dtype} if args.dtype != "auto" else {}))
 
 
 def _run_eval(args: argparse.Namespace) -> int:
@@ -222,7 +220,7 @@ def _run_eval(args: argparse.Namespace) -> int:
         corpus=tuple(args.corpus), offset=args.offset, model=args.model,
         embedder=args.embedder, template=args.template, passage_max_tokens=pmt,
         max_new_tokens=args.max_new_tokens, batch_size=args.batch_size, chunk_size=args.chunk_size,
-        seed=args.seed, n_bootstrap=args.bootstrap, device=args.device,
+        seed=args.seed, n_bootstrap=args.bootstrap, device=args.device, dtype=args.dtype,
         method_kwargs={m: {"profile": args.profile} for m in methods} if args.profile else {},
     )
     out = args.out or DEFAULT_REPORT

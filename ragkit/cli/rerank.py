@@ -70,8 +70,8 @@ def generator_from_args(args: argparse.Namespace) -> Any:
     """The generator named by the model arguments."""
     from ragkit.generation import load_generator
 
-    return load_generator(args.model, device=args.device, template=args.template, batch_size=args.batch_size,
-                     passage_max_tokens=args.passage_max_tokens)
+    return load_generator(args.model, device=args.device, dtype=args.dtype, template=args.template,
+                          batch_size=args.batch_size, passage_max_tokens=args.passage_max_tokens)
 
 
 def profile_from_args(args: argparse.Namespace) -> Any:

@@ -79,6 +79,7 @@ from ragkit.eval.metrics import (
 from ragkit.eval.stats import bootstrap_ci
 from ragkit.generation.base import metered
 from ragkit.io import append_jsonl, atomic_write_text, progress, resume_appended_jsonl, write_json
+from ragkit.models import check_dtype
 from ragkit.types import Passage, QARecord, RankedList
 
 __all__ = [
@@ -163,6 +164,10 @@ class EvalConfig:
         Seeds methods and the bootstrap.
     n_bootstrap
         Bootstrap resamples for the 95% intervals.
+    dtype
+        The generator's weights: ``"auto"`` (bf16 on CUDA, fp32 on a CPU), ``"float32"`` or
+        ``"bfloat16"`` (about twice as fast on CPUs with AVX512-BF16 or AMX:
+        ``benchmarks/cpu_dtype.py``). Part of the fingerprint, since it moves scores and answers.
     """
 
     dataset: str = "hotpotqa"
@@ -188,6 +193,7 @@ class EvalConfig:
     n_bootstrap: int = 1000
     device: str = "auto"
     method_kwargs: dict[str, Any] = field(default_factory=dict)
+    dtype: str = "auto"
 
     def __post_init__(self) -> None:
         self.methods = tuple(self.methods)
@@ -215,6 +221,7 @@ class EvalConfig:
                 raise FileNotFoundError(f"--corpus {c}: no such file (JSONL lines {{\"id\", \"text\", \"title\"}})")
         if self.chunk_size < 1:
             raise ValueError(f"chunk_size must be >= 1, got {self.chunk_size}")
+        check_dtype(self.dtype)
         for name in ("max_new_tokens", "batch_size", "n_bootstrap"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -230,7 +237,7 @@ class EvalConfig:
         """Hash of the fields that change per-question outputs (not n_bootstrap/limit/methods).
 
         The pipeline fields at their defaults (``candidates=None``, no ``corpus``, ``offset=0``)
-        are left out, so a run without them keeps its earlier fingerprint; a retrieved run names
+        (and ``dtype="auto"``) are left out, so a run without them keeps its earlier fingerprint; a retrieved run names
         its pooling (every record of the file), which changed the candidates of limited runs.
         """
         return config_fingerprint(asdict(self))
@@ -241,7 +248,7 @@ def config_fingerprint(config: Mapping[str, Any]) -> str:
     d = dict(config)
     for key in ("n_bootstrap", "limit", "methods", "chunk_size", "batch_size", "device", "offset"):
         d.pop(key, None)
-    for key, default in (("candidates", None), ("corpus", ())):
+    for key, default in (("candidates", None), ("corpus", ()), ("dtype", "auto")):
         if d.get(key) in (default, list(default) if isinstance(default, tuple) else default):
             d.pop(key, None)
     if d.get("retriever") != "given":
@@ -873,6 +880,7 @@ def run_eval(
             generator = load_generator(
                 cfg.model,
                 device=cfg.device,
+                dtype=cfg.dtype,
                 template=cfg.template,
                 batch_size=cfg.batch_size,
                 passage_max_tokens=cfg.passage_max_tokens,
