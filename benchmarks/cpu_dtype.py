@@ -23,6 +23,11 @@ answer's mean token log-prob, and per question its spread over the slots (max - 
 absolute fp32 - bf16 difference of each and the spreads' correlation, beside the mean spread
 itself (the size of the effect the difference must stay small against).
 
+``--students N`` times the one-pass students' training instead (``ragkit distill``'s three recipes,
+``bf16=False`` against ``bf16=True``: bfloat16 autocast with fp32 weights) for ``--student-epochs``
+on the first ``N`` questions of the committed gold-passage labels (20 BM25 candidates each), and
+reports seconds, the ratio and the final training loss of each.
+
     python3 benchmarks/cpu_dtype.py --model "$(bash $RAGKIT_DATA/../tools/get_qwen05.sh)" \\
         --questions 3 --out benchmarks/results/cpu-dtype-cpu.json
 """
@@ -103,6 +108,29 @@ def sweep_agreement(a: Any, b: Any, seconds: dict[str, float]) -> dict[str, Any]
             "speedup": round(seconds["float32"] / seconds["bfloat16"], 2) if seconds.get("bfloat16") else None}
 
 
+def time_students(n: int, epochs: float) -> list[dict[str, Any]]:
+    """Seconds of one training of each student recipe in fp32 and under bf16 autocast (same labels, seed)."""
+    from ragkit.training.bi_encoder import train_bi_encoder
+    from ragkit.training.distill import train_residual_student, train_student
+    from ragkit.training.labels import read_labels
+
+    labs = read_labels(ROOT / "experiments" / "distill" / "results" / "hotpotqa-train-bm25-20-passages.jsonl.gz")[:n]
+    trainers = {"cross-encoder": (train_student, {}), "residual": (train_residual_student, {}),
+                "bi-encoder": (train_bi_encoder, {"batch_size": 16})}
+    rows = []
+    for name, (fn, kw) in trainers.items():
+        row: dict[str, Any] = {"recipe": name, "questions": len(labs), "epochs": epochs}
+        for bf16 in (False, True):
+            res = fn(labs, None, epochs=epochs, seed=0, device="cpu", show_progress=False, bf16=bf16, **kw)
+            key = "bf16" if bf16 else "fp32"
+            row[f"{key}_s"] = round(float(res.seconds), 1)
+            row[f"{key}_final_loss"] = getattr(res, "final_loss", None)
+        row["speedup"] = round(row["fp32_s"] / row["bf16_s"], 2)
+        print(row)
+        rows.append(row)
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0], epilog=gpu_epilog(
         "benchmarks/cpu_dtype.py", None,
@@ -118,6 +146,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sweep", type=int, default=0, help="NQ-open questions for the position-sweep check (0: none)")
     p.add_argument("--sweep-offset", type=int, default=100,
                    help="first NQ-open row of the sweep check (default 100: rows no evaluation of ragkit reports)")
+    p.add_argument("--students", type=int, default=0,
+                   help="time the students' training on this many labelled questions (0: not)")
+    p.add_argument("--student-epochs", type=float, default=1.0)
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "cpu-dtype-cpu.json"))
     args = p.parse_args(argv)
 
@@ -135,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     sweep_s: dict[str, float] = {}
     load_s: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for dtype in ("float32", "bfloat16"):
+        for dtype in ("float32", "bfloat16") if qs or args.sweep else ():
             t0 = time.perf_counter()
             gen = Generator(args.model, device="cpu", dtype=dtype, show_progress=False)
             load_s[dtype] = round(time.perf_counter() - t0, 1)
@@ -163,6 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     print("| " + " | ".join(cols) + " |\n|" + "---|" * len(cols))
     for r in rows:
         print("| " + " | ".join(f"{r[c]:.3f}" if isinstance(r[c], float) else str(r[c]) for c in cols) + " |")
+    students = time_students(args.students, args.student_epochs) if args.students else None
     sweep_check = sweep_agreement(sweeps["float32"], sweeps["bfloat16"], sweep_s) if sweeps else None
     if sweep_check:
         print("position sweep (k = 10, log-probs): " + ", ".join(f"{k} {v}" for k, v in sweep_check.items()
@@ -174,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
         "warmup_questions": [r.id for r in warm],
         "protocol": "HotpotQA dev, BM25 over the pooled train + dev paragraphs -> 20 -> rank -> top 3 -> "
                     "answer <= 16 tokens",
-        "load_seconds": load_s, "rows": rows, "sweep": sweep_check,
+        "load_seconds": load_s, "rows": rows, "sweep": sweep_check, "students": students,
         "cpu_flags": sorted({f for f in flags if f in ("avx512_bf16", "amx_bf16", "avx512f", "avx2")}),
         "torch_threads": torch.get_num_threads(),
         "outputs": {d: r["outputs"] for d, r in reports.items()},

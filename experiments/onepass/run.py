@@ -326,7 +326,8 @@ class Study:
                     res = distill(sets[set_name], cand, recipe, holdout=0.0, held_out=held, relevance="gold",
                                   force=True, seed=int(self.plan["protocol"]["seed"]), overwrite=True,
                                   base_model=self.args.base_model or self.plan["students"]["base_model"],
-                                  lr=pt["lr"], epochs=pt["epochs"], device=self.args.device, show_progress=False)
+                                  lr=pt["lr"], epochs=pt["epochs"], device=self.args.device, show_progress=False,
+                                  bf16=bool(self.plan["students"].get("bf16", False)))
                     comp = res.reranker.metadata["comparison"]
                     run = {"name": name, "recipe": recipe, "label_set": set_name, **pt,
                            "train_questions": res.num_queries, "seconds": round(time.perf_counter() - t0, 1),

@@ -144,6 +144,7 @@ def train_bi_encoder(
     weight_decay: float = 0.01,
     device: str = "auto",
     show_progress: bool | None = None,
+    bf16: bool = False,
 ) -> BiEncoderTrainResult:
     """Fine-tune the dense retriever's embedder on MoI labels (module docstring's two losses).
 
@@ -161,6 +162,9 @@ def train_bi_encoder(
         Token limit of a question or passage.
     temperature, margin_scale
         Target temperature of the z-scored utilities; ``c`` of the MarginMSE targets.
+    bf16
+        Mixed precision (bfloat16 autocast, fp32 master weights), as in
+        :func:`ragkit.training.distill.train_student`.
     """
     from datasets import Dataset
     from sentence_transformers import (
@@ -203,7 +207,7 @@ def train_bi_encoder(
             output_dir=tmp, num_train_epochs=epochs, per_device_train_batch_size=batch_size, learning_rate=lr,
             warmup_steps=warmup_ratio, weight_decay=weight_decay, seed=seed, data_seed=seed, logging_steps=1,
             save_strategy="no", report_to="none", disable_tqdm=not progress_enabled(show_progress),
-            use_cpu=dev == "cpu", dataloader_num_workers=0)
+            use_cpu=dev == "cpu", dataloader_num_workers=0, bf16=bf16)
         trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=train, loss=loss_fns)
         trainer.remove_callback(PrinterCallback)
         trainer.train()
@@ -216,7 +220,7 @@ def train_bi_encoder(
         "margin_scale": margin_scale, "max_length": max_length, "seed": seed, "num_queries": len(labs),
         "label_sources": sorted({lab.source for lab in labs if lab.source}),
         "label_generators": sorted({lab.generator for lab in labs if lab.generator}),
-        "train_seconds": seconds})
+        "train_seconds": seconds, "bf16": bf16})
     if out_dir is not None:
         student.save(out_dir, overwrite=overwrite)
     return BiEncoderTrainResult(reranker=student, out_dir=None if out_dir is None else str(out_dir),

@@ -182,6 +182,7 @@ def train_student(
     device: str = "auto",
     report_loss: bool = True,
     show_progress: bool | None = None,
+    bf16: bool = False,
 ) -> StudentTrainResult:
     """Train a cross-encoder student on MoI labels with ``CrossEncoderTrainer``.
 
@@ -214,6 +215,10 @@ def train_student(
         ``"auto"``, ``"cpu"``, ``"cuda"``; multi-GPU through ``accelerate launch``.
     report_loss
         Also measure the mean training loss before and after training (one extra eval pass each).
+    bf16
+        Mixed precision: forward and backward under bfloat16 autocast, fp32 master weights and
+        optimiser. Faster on GPUs and on CPUs with AVX512-BF16 or AMX (``benchmarks/cpu_dtype.py``
+        measures the generator's side); off by default, since CPUs without them run it slower.
 
     Returns
     -------
@@ -260,6 +265,7 @@ def train_student(
             disable_tqdm=not progress_enabled(show_progress),
             use_cpu=dev == "cpu",
             dataloader_num_workers=0,
+            bf16=bf16,
         )
         trainer = CrossEncoderTrainer(model=student.model, args=args, train_dataset=dataset, loss=loss_fn)
         trainer.remove_callback(PrinterCallback)  # library code logs, never prints
@@ -279,6 +285,7 @@ def train_student(
             "label_sources": sorted({lab.source for lab in labs if lab.source}),
             "label_generators": sorted({lab.generator for lab in labs if lab.generator}),
             "train_seconds": seconds,
+            "bf16": bf16,
             "initial_loss": initial,
             "final_loss": final,
         }
@@ -335,6 +342,7 @@ def train_residual_student(
     device: str = "auto",
     report_loss: bool = True,
     show_progress: bool | None = None,
+    bf16: bool = False,
 ) -> StudentTrainResult:
     """Train a residual cross-encoder student ``s = w · z(retriever) + f(q, p)`` on MoI labels.
 
@@ -346,7 +354,8 @@ def train_residual_student(
     of its given order (``prior="rank"``), or its ``metadata["retriever_scores"]`` with
     ``prior="score"`` (the given order when a record has none).
 
-    Parameters are those of :func:`train_student`, plus ``prior`` and ``prior_weight`` (``r`` and
+    Parameters are those of :func:`train_student` (``bf16``: the encoder's forward under bfloat16
+    autocast, the loss and the weights in fp32), plus ``prior`` and ``prior_weight`` (``r`` and
     ``w`` of :mod:`ragkit.debias.student`). Returns a :class:`StudentTrainResult` whose
     ``reranker`` is a ``ResidualReranker``.
     """
@@ -377,7 +386,9 @@ def train_residual_student(
         qs = [rows["query"][i] for i in idx for _ in rows["docs"][i]]
         ds = [d for i in idx for d in rows["docs"][i]]
         enc = tok(qs, ds, padding=True, truncation=True, max_length=max_length, return_tensors="pt").to(hf.device)
-        f = hf(**enc).logits.view(-1).float().cpu()
+        with torch.autocast(device_type=hf.device.type, dtype=torch.bfloat16, enabled=bf16):
+            f = hf(**enc).logits
+        f = f.view(-1).float().cpu()
         total, start = f.new_zeros(()), 0
         for i in idx:
             n = len(rows["docs"][i])
@@ -425,7 +436,8 @@ def train_residual_student(
         "num_queries": len(labs), "label_sources": sorted({lab.source for lab in labs if lab.source}),
         "label_generators": sorted({lab.generator for lab in labs if lab.generator}),
         "label_outcomes": sorted({lab.outcome for lab in labs if lab.outcome}),
-        "train_seconds": seconds, "initial_loss": initial, "final_loss": final, "steps": total_steps,
+        "train_seconds": seconds, "bf16": bf16, "initial_loss": initial, "final_loss": final,
+        "steps": total_steps,
     })
     if out_dir is not None:
         student.save(out_dir, overwrite=overwrite)
