@@ -236,9 +236,10 @@ class EvalConfig:
     def fingerprint(self) -> str:
         """Hash of the fields that change per-question outputs (not n_bootstrap/limit/methods).
 
-        The pipeline fields at their defaults (``candidates=None``, no ``corpus``, ``offset=0``)
-        (and ``dtype="auto"``) are left out, so a run without them keeps its earlier fingerprint; a retrieved run names
-        its pooling (every record of the file), which changed the candidates of limited runs.
+        The pipeline fields at their defaults (``candidates=None``, no ``corpus``, ``offset=0``) and
+        ``dtype="auto"`` are left out, so a run without them keeps its earlier fingerprint; a
+        retrieved run names its pooling (every record of the file), which changed the candidates of
+        limited runs.
         """
         return config_fingerprint(asdict(self))
 
@@ -283,8 +284,8 @@ def _reusable_rows(
     drop ``method_kwargs``; of its methods, those that ``cfg`` also runs with the same settings
     (``method_kwargs[method]``, compared as JSON) give their rows. Each row is checked as a resumed
     row is (:func:`_check_resumed_row`) and gains ``reused_from``; the first report that has a
-    (method, question) wins. A report that does not qualify is logged and skipped, never an error:
-    reuse only saves work.
+    (method, question) wins. A report of another configuration is logged and skipped (reuse only
+    saves work); a file that is not an eval report raises ``ValueError`` naming it.
     """
     def norm(v: Any) -> str:
         return json.dumps(v or {}, sort_keys=True, default=str)
