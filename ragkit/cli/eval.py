@@ -195,9 +195,8 @@ def _generator(args: argparse.Namespace) -> Any:
     """The sweep's and the consistency run's generator; its batch bars are their progress (``--quiet``: off)."""
     from ragkit.generation import load_generator
 
-    return load_generator(args.model, device=args.device, template=args.template, batch_size=args.batch_size,
-                          passage_max_tokens=args.passage_max_tokens, show_progress=None,
-                          **({"dtype": args.dtype} if args.dtype != "auto" else {}))
+    return load_generator(args.model, device=args.device, dtype=args.dtype, template=args.template,
+                          batch_size=args.batch_size, passage_max_tokens=args.passage_max_tokens, show_progress=None)
 
 
 def _run_eval(args: argparse.Namespace) -> int:
