@@ -10,9 +10,10 @@ commit:
    on all train questions' pipeline candidates (``ragkit.training.labels.generate_labels``, design
    ``masked``; appended to ``WORKDIR/labels-masked.jsonl``, resumable), then compressed into
    ``results/``;
-2. ``students``: residual, bi-encoder and cross-encoder students on the masked labels, the
-   gold-passage labels and both, over the plan's learning rates and epochs, trained on the first
-   train questions and gated on the selection questions against BM25
+2. ``students``: in two stages (plan.json, ``students.stages``): residual, bi-encoder and
+   cross-encoder students on the masked labels over the plan's learning rates and epochs, then the
+   lead of those (recipe, learning rate, epochs) on the gold-passage labels and on both; each
+   trained on the first train questions and gated on the selection questions against BM25
    (:func:`ragkit.training.students.distill` with ``held_out``); each recipe's best eligible
    student is kept in ``WORKDIR/students/<recipe>``;
 3. ``probe``: the ``moi_attn`` probe fitted on the train questions' masked labels
@@ -142,6 +143,20 @@ def select_students(runs: Sequence[Mapping[str, Any]], recipes: Sequence[str]) -
                            > selection_key(best[headline]["comparison"])):
             headline = rc
     return {"per_recipe": per, "headline": headline, "no_eligible_student": [rc for rc in recipes if rc not in best]}
+
+
+def stage_one_lead(runs: Sequence[Mapping[str, Any]], label_set: str) -> Mapping[str, Any] | None:
+    """The lead of stage 1 (plan.json, students.stages): among the runs on ``label_set``, an eligible one
+    before any other, then the best :func:`selection_key`; ties keep the earlier run. ``None`` without runs."""
+    best: tuple[tuple[Any, ...], Mapping[str, Any]] | None = None
+    for r in runs:
+        c = r.get("comparison")
+        if r["label_set"] != label_set or not c:
+            continue
+        key = (bool(c["passed"]), *selection_key(c))
+        if best is None or key > best[0]:
+            best = (key, r)
+    return best[1] if best else None
 
 
 # ----------------------------------------------------------------------------- fidelity and targets
@@ -315,37 +330,50 @@ class Study:
         done = {r["name"] for r in step["runs"]}
         sdir = self.work / "students"
         recipes = self.plan["students"]["recipes"]
+        first_set = self.plan["students"]["stages"]["recipe"]["label_set"]
+
+        def train(recipe: str, set_name: str, pt: Mapping[str, float], stage: int) -> None:
+            name = f"{recipe}-{set_name}-lr{pt['lr']:g}-ep{pt['epochs']:g}"
+            if name in done or not sets[set_name]:
+                return
+            cand = sdir / "_candidate"
+            t0 = time.perf_counter()
+            res = distill(sets[set_name], cand, recipe, holdout=0.0, held_out=held, relevance="gold",
+                          force=True, seed=int(self.plan["protocol"]["seed"]), overwrite=True,
+                          base_model=self.args.base_model or self.plan["students"]["base_model"],
+                          lr=pt["lr"], epochs=pt["epochs"], device=self.args.device, show_progress=False,
+                          bf16=bool(self.plan["students"].get("bf16", False)))
+            comp = res.reranker.metadata["comparison"]
+            run = {"name": name, "recipe": recipe, "label_set": set_name, "stage": stage,
+                   "lr": float(pt["lr"]), "epochs": float(pt["epochs"]),
+                   "train_questions": res.num_queries, "seconds": round(time.perf_counter() - t0, 1),
+                   "initial_loss": getattr(res, "initial_loss", None),
+                   "final_loss": getattr(res, "final_loss", None),
+                   "comparison": {k: comp[k] for k in ("num_queries", "relevance", "first_stage", "student",
+                                                       "delta", "passed")}}
+            step["runs"].append(run)
+            sel_now = select_students(step["runs"], recipes)
+            if sel_now["per_recipe"].get(recipe) == name:  # the recipe's best so far: keep its folder
+                keep = sdir / recipe
+                if keep.exists():
+                    shutil.rmtree(keep)
+                cand.rename(keep)
+            elif cand.exists():
+                shutil.rmtree(cand)
+            step["selected"] = sel_now
+            self.save()
+
+        # stage 1: every recipe over its grid on the first label set
         for recipe in recipes:
+            for pt in grid_points(self.plan, recipe, self.args.limit is not None):
+                train(recipe, first_set, pt, 1)
+        # stage 2: stage 1's lead (recipe, lr, epochs) on the other label sets
+        lead = stage_one_lead(step["runs"], first_set)
+        step["stage_one_lead"] = lead["name"] if lead else None
+        if lead is not None:
             for set_name in self.plan["students"]["label_sets"]:
-                for pt in grid_points(self.plan, recipe, self.args.limit is not None):
-                    name = f"{recipe}-{set_name}-lr{pt['lr']:g}-ep{pt['epochs']:g}"
-                    if name in done or not sets[set_name]:
-                        continue
-                    cand = sdir / "_candidate"
-                    t0 = time.perf_counter()
-                    res = distill(sets[set_name], cand, recipe, holdout=0.0, held_out=held, relevance="gold",
-                                  force=True, seed=int(self.plan["protocol"]["seed"]), overwrite=True,
-                                  base_model=self.args.base_model or self.plan["students"]["base_model"],
-                                  lr=pt["lr"], epochs=pt["epochs"], device=self.args.device, show_progress=False,
-                                  bf16=bool(self.plan["students"].get("bf16", False)))
-                    comp = res.reranker.metadata["comparison"]
-                    run = {"name": name, "recipe": recipe, "label_set": set_name, **pt,
-                           "train_questions": res.num_queries, "seconds": round(time.perf_counter() - t0, 1),
-                           "initial_loss": getattr(res, "initial_loss", None),
-                           "final_loss": getattr(res, "final_loss", None),
-                           "comparison": {k: comp[k] for k in ("num_queries", "relevance", "first_stage", "student",
-                                                               "delta", "passed")}}
-                    step["runs"].append(run)
-                    sel_now = select_students(step["runs"], recipes)
-                    if sel_now["per_recipe"].get(recipe) == name:  # the recipe's best so far: keep its folder
-                        keep = sdir / recipe
-                        if keep.exists():
-                            shutil.rmtree(keep)
-                        cand.rename(keep)
-                    elif cand.exists():
-                        shutil.rmtree(cand)
-                    step["selected"] = sel_now
-                    self.save()
+                if set_name != first_set:
+                    train(lead["recipe"], set_name, lead, 2)
         step["selected"] = select_students(step["runs"], recipes)
         step["folders"] = {rc: rel(sdir / rc) for rc in step["selected"]["per_recipe"]}
         self.save()

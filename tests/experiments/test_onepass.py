@@ -30,6 +30,13 @@ def test_selection_rule_and_label_sets(study) -> None:
     assert train == ids[:250] and held == ids[250:]
     assert study.split_ids(ids, plan, 12) == (ids[:10], ids[10:12])
     assert len(study.grid_points(plan, "residual", False)) == 4 and len(study.grid_points(plan, "residual", True)) == 1
+    # stage 1's lead: an eligible run before any other, then recall@3, MRR@10; other label sets do not count
+    runs += [run("f", "bi-encoder", 0.95, 0.95, False)]
+    for r, ls in zip(runs, ["masked", "masked", "masked", "passages", "masked", "masked"]):
+        r["label_set"] = ls
+    assert study.stage_one_lead(runs, "masked")["name"] == "e"
+    assert study.stage_one_lead([r for r in runs if not r["comparison"]["passed"]], "masked")["name"] == "f"
+    assert study.stage_one_lead(runs, "both") is None
 
 
 def test_dev_targets_by_hand(study) -> None:
@@ -63,8 +70,13 @@ def test_every_step_on_tiny_models(study, shared_data: Path, tiny_lm_dir: Path, 
     steps = res["steps"]
     assert steps["labels"]["questions"] == 4 and steps["labels"]["cost_per_question"]["tokens_prefilled"] > 0
     runs = steps["students"]["runs"]
-    recipes, sets = ("residual", "bi-encoder", "cross-encoder"), ("masked", "passages", "both")
-    assert {(r["recipe"], r["label_set"]) for r in runs} == {(rc, s) for rc in recipes for s in sets}
+    recipes = ("residual", "bi-encoder", "cross-encoder")
+    # stage 1: every recipe on the masked labels; stage 2: the lead's recipe and setting on the other label sets
+    lead = next(r for r in runs if r["name"] == steps["students"]["stage_one_lead"])
+    assert lead["label_set"] == "masked" and lead == study.stage_one_lead(runs, "masked")
+    assert [(r["recipe"], r["label_set"], r["stage"]) for r in runs] == [
+        *((rc, "masked", 1) for rc in recipes), (lead["recipe"], "passages", 2), (lead["recipe"], "both", 2)]
+    assert all((r["lr"], r["epochs"]) == (lead["lr"], lead["epochs"]) for r in runs if r["stage"] == 2)
     assert all(r["comparison"]["num_queries"] >= 1 for r in runs)
     sel = steps["students"]["selected"]
     for rc in sel["per_recipe"]:
