@@ -147,16 +147,11 @@ def select_students(runs: Sequence[Mapping[str, Any]], recipes: Sequence[str]) -
 
 def stage_one_lead(runs: Sequence[Mapping[str, Any]], label_set: str) -> Mapping[str, Any] | None:
     """The lead of stage 1 (plan.json, students.stages): among the runs on ``label_set``, an eligible one
-    before any other, then the best :func:`selection_key`; ties keep the earlier run. ``None`` without runs."""
-    best: tuple[tuple[Any, ...], Mapping[str, Any]] | None = None
-    for r in runs:
-        c = r.get("comparison")
-        if r["label_set"] != label_set or not c:
-            continue
-        key = (bool(c["passed"]), *selection_key(c))
-        if best is None or key > best[0]:
-            best = (key, r)
-    return best[1] if best else None
+    before any other, then the best :func:`selection_key`; ties keep the earlier run (``max`` returns the
+    first maximum). ``None`` without runs."""
+    judged = [r for r in runs if r["label_set"] == label_set and r.get("comparison")]
+    return max(judged, key=lambda r: (bool(r["comparison"]["passed"]), *selection_key(r["comparison"])),
+               default=None)
 
 
 # ----------------------------------------------------------------------------- fidelity and targets
