@@ -117,7 +117,8 @@ class ICRReranker(Reranker):
     # ------------------------------------------------------------------ inputs
     def layout(self, question: str, passages: Sequence[Passage]) -> tuple[str, list[tuple[int, int]]]:
         """The prompt (ending with ``"Query:"``) and each passage line's character span in it."""
-        return passage_layout(self.generator, self.template, question, passages)
+        return passage_layout(self.generator, self.template, question, passages,
+                              continuations=[question, self.calibration_query])
 
     def encode(self, question: str, passages: Sequence[Passage]
                ) -> tuple[list[int], list[int], list[int], list[list[int]]]:
@@ -206,19 +207,24 @@ class ICRReranker(Reranker):
             for q, p, s in zip(queries, passages, scores_)]
 
 
-def passage_layout(generator: Any, template: Any, question: str, passages: Sequence[Passage]
-                   ) -> tuple[str, list[tuple[int, int]]]:
+def passage_layout(generator: Any, template: Any, question: str, passages: Sequence[Passage],
+                   continuations: Sequence[str] = ()) -> tuple[str, list[tuple[int, int]]]:
     """A passages-then-continuation prompt and each passage line's character span in it.
 
     ``template`` is a :class:`~ragkit.generation.prompts.QuestionPromptTemplate` (its suffix starts
     with the passage block); passage bodies are fitted as the generator fits them
-    (``passage_max_tokens``, the context window).
+    (``passage_max_tokens``, the context window). The room kept after the prompt is the
+    generator's ``answer_reserve`` or, when longer, the longest of ``continuations`` (the texts
+    scored after the prompt, e.g. a long question) plus two tokens for the joint tokenisation.
     """
-    from ragkit.generation.fitting import fit_passages
+    from ragkit.generation.fitting import encode_texts, fit_passages
 
+    reserve = int(getattr(generator, "answer_reserve", 32))
+    if continuations:
+        longest = max(len(t) for t in encode_texts(generator.tokenizer, [" " + c.strip() for c in continuations]))
+        reserve = max(reserve, longest + 2)
     texts = fit_passages(generator.tokenizer, template, question, list(passages), max_length=generator.max_length,
-                         answer_reserve=getattr(generator, "answer_reserve", 32),
-                         passage_max_tokens=getattr(generator, "passage_max_tokens", None))
+                         answer_reserve=reserve, passage_max_tokens=getattr(generator, "passage_max_tokens", None))
     prefix, suffix = template.split(question, list(passages), generator.tokenizer, texts)
     spans: list[tuple[int, int]] = []
     pos = len(prefix)

@@ -58,7 +58,7 @@ def masked_scores(generator: Any, question: str, passages: Sequence[Passage],
                              "input order): the masked estimator hides passages of the full prompt, it cannot "
                              "reorder them")
     tmpl = question_template(generator.template)
-    prompt, char_spans = passage_layout(generator, tmpl, question, passages)
+    prompt, char_spans = passage_layout(generator, tmpl, question, passages, continuations=[question])
     p_ids, (q_ids,), spans = encode_with_spans(generator, prompt, char_spans, [question])
     block_end = max((max(s) + 1 for s in spans if s), default=1)
     cue = p_ids[block_end:]

@@ -159,6 +159,11 @@ def fit_passages(
     Over-long prompts are fixed by cutting the longest passages first ("water-filling": all
     passages longer than a cap ``c`` are cut to ``c`` tokens, with the largest ``c`` such that
     ``Σ_p max(0, len_p - c) >= excess``). The result does not depend on the passage order.
+
+    A cut body re-tokenises inside the prompt to a few more tokens than its cut ids, so the
+    estimated cap can leave the prompt a little over; the cap is then lowered again, strictly
+    each time, until the measured prompt fits (at cap 0 the passages are empty and the prompt
+    is returned as it is, with a warning).
     """
     texts = [p.text for p in passages]
     if not texts:
@@ -178,17 +183,17 @@ def fit_passages(
         return texts
     lens = np.array([len(t) for t in ids])
     margin = 0
-    cut: list[str] = texts
-    for _ in range(4):
+    cap = int(lens.max())
+    while True:
         excess = total - limit + margin
-        lo, hi = 0, int(lens.max())  # largest cap c with sum(max(0, l - c)) >= excess
+        lo, hi = 0, cap  # largest cap c (below the last one) with sum(max(0, l - c)) >= excess
         while lo < hi:
             mid = (lo + hi + 1) // 2
             if np.maximum(lens - mid, 0).sum() >= excess:
                 lo = mid
             else:
                 hi = mid - 1
-        cap = lo
+        cap = lo if margin == 0 else min(lo, cap - 1)
         cut = [tokenizer.decode(t[:cap]) if len(t) > cap else s for t, s in zip(ids, texts)]
         new_total = _len(cut)
         if new_total <= limit or cap == 0:
@@ -198,5 +203,4 @@ def fit_passages(
                 total, max_length, answer_reserve, cap, new_total)
             return cut
         margin += max(8, new_total - limit)
-    return cut
 

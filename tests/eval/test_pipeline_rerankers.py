@@ -176,6 +176,23 @@ def test_masked_loo_equals_hand_computed_masked_attention(tiny_gen, eager_model)
         masked_scores(tiny_gen, QUESTION, PASSAGES, [[2, 0]])
 
 
+def test_icr_and_masked_loo_keep_room_for_a_question_longer_than_the_answer_reserve(tiny_lm_dir: Path) -> None:
+    """The text scored after the passage block is the question: when it is longer than the generator's
+    ``answer_reserve``, the passages are cut further instead of the prompt being refused."""
+    from ragkit.debias.icr import ICRReranker
+    from ragkit.debias.masked_loo import masked_scores
+    from ragkit.generation import Generator
+
+    g = Generator(model=str(tiny_lm_dir), device="cpu", max_length=384, show_progress=False)
+    long_q = "Which of the rivers that flow through the capital cities of western Europe " * 4 + "is longest?"
+    assert len(g.tokenizer(" " + long_q, add_special_tokens=False)["input_ids"]) > 2 * g.answer_reserve
+    ps = [Passage(str(i), f"Passage {i} talks about rivers, bridges, towns and the year {1900 + i}. " * 6,
+                  title=f"T{i}") for i in range(8)]
+    ranked = ICRReranker(g).rank(long_q, ps)
+    assert len(ranked) == 8 and all(np.isfinite(h.score) for h in ranked)
+    assert np.isfinite(masked_scores(g, long_q, ps, [list(range(8)), list(range(1, 8))])).all()
+
+
 def test_masked_moi_prefills_about_upr_tokens(tiny_gen) -> None:
     ps = [Passage(str(i), f"Passage number {i} talks about rivers, towns and the year {1900 + i}.", title=f"T{i}")
           for i in range(10)]

@@ -174,6 +174,23 @@ def test_long_passages_truncated_with_warning(tiny_lm_dir: Path, caplog: pytest.
     assert g.split_prompt(QUESTION, long)[0] == g.split_prompt(QUESTION, long[::-1])[0]
 
 
+@pytest.mark.parametrize(("n_passages", "max_length"), [(20, 1280), (40, 1792), (60, 2048), (60, 3072)])
+def test_fitted_prompt_fits_when_cut_bodies_retokenise_longer(gen: Generator, n_passages: int,
+                                                              max_length: int) -> None:
+    """A body cut between the bytes of one character decodes to U+FFFD, which re-tokenises to more
+    tokens than were cut: the first water-filling cap leaves the prompt a few tokens over, and the
+    cap must keep going down until the measured prompt fits (four fixed retries did not)."""
+    from ragkit.generation.fitting import encode_prompts, fit_passages
+    from ragkit.generation.prompts import question_template
+
+    tok, tmpl = gen.tokenizer, question_template(gen.template)
+    ps = [Passage(str(i), "東京 " * (30 + i % 7), title=f"T{i}") for i in range(n_passages)]
+    bodies = fit_passages(tok, tmpl, "who?", ps, max_length=max_length, answer_reserve=32, passage_max_tokens=None)
+    assert len(encode_prompts(tok, [tmpl.build("who?", ps, tok, bodies)])[0]) <= max_length - 32
+    assert all(b for b in bodies)  # cut, not emptied
+    assert any(b != p.text for b, p in zip(bodies, ps))
+
+
 def test_passage_max_tokens(tiny_lm_dir: Path, passages: list[Passage]) -> None:
     g = Generator(str(tiny_lm_dir), device="cpu", passage_max_tokens=4, show_progress=False)
     short = g.build_prompt(QUESTION, passages)
