@@ -197,9 +197,16 @@ def run(config: Mapping[str, Any]) -> int:
     name = Path(cfg_file).stem if cfg_file else f"{args.dataset}-{args.stage}"
     out = Path(args.out or Path(__file__).parent / "results" / f"{name}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
+    eval_out = out.with_suffix(".eval.json")
+    before = eval_out.read_bytes() if eval_out.is_file() else None
     t0 = time.perf_counter()
-    report = run_eval(ecfg, out=out.with_suffix(".eval.json"), records=select_questions(ecfg, records), pool=pool,
+    report = run_eval(ecfg, out=eval_out, records=select_questions(ecfg, records), pool=pool,
                       show_progress=not args.quiet)
+    wall, machine = round(time.perf_counter() - t0, 1), None
+    if before is not None and eval_out.read_bytes() == before and out.is_file():
+        # a finished run started again ran nothing: its JSON keeps the wall time and machine of the run that did
+        prev = json.loads(out.read_text(encoding="utf-8"))
+        wall, machine = prev.get("wall_seconds", wall), prev.get("machine")
     agg = report["aggregate"]
     result = {
         "study": "pipeline",
@@ -219,8 +226,10 @@ def run(config: Mapping[str, Any]) -> int:
         "contrasts": study_contrasts(report["outputs"], [*report["metrics"], *report["ranking_metrics"]],
                                      seed=args.seed, n_boot=args.bootstrap),
         "eval_report": rel(out.with_suffix(".eval.json")),
-        "wall_seconds": round(time.perf_counter() - t0, 1),
+        "wall_seconds": wall,
     }
+    if machine is not None:
+        result["machine"] = machine
     if args.stage == "select":
         result["selected"] = {"metric": args.select_metric, "best_label_free": best_reranker(agg, args.select_metric)}
     write_result(out, result, device=args.device)

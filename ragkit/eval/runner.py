@@ -257,8 +257,9 @@ def config_fingerprint(config: Mapping[str, Any]) -> str:
     return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def _finished_rows(out: Path, fingerprint: str) -> dict[tuple[str, str], dict[str, Any]]:
-    """The rows of a finished report at ``out`` made with the same configuration (none otherwise).
+def _finished_report(out: Path, fingerprint: str
+                     ) -> tuple[dict[str, Any] | None, dict[tuple[str, str], dict[str, Any]]]:
+    """``(report, rows)`` of a finished report at ``out`` made with the same configuration (``None, {}`` otherwise).
 
     A finished run removes its partial file, so without this a second start of the same command
     would run every question again: hours for a generator study, and a second dev run of a config
@@ -267,12 +268,20 @@ def _finished_rows(out: Path, fingerprint: str) -> dict[tuple[str, str], dict[st
     try:
         report = json.loads(out.read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return {}
+        return None, {}
     if not isinstance(report, dict) or not isinstance(report.get("config"), dict) \
             or config_fingerprint(report["config"]) != fingerprint or not isinstance(report.get("outputs"), list):
-        return {}
-    return {(r["method"], r["qid"]): r for r in (_check_resumed_row(out, i, r) for i, r in
-                                                  enumerate(report["outputs"]))}
+        return None, {}
+    return report, {(r["method"], r["qid"]): r for r in (_check_resumed_row(out, i, r) for i, r in
+                                                          enumerate(report["outputs"]))}
+
+
+def _same_run(report: Mapping[str, Any], cfg: EvalConfig, keys: Sequence[tuple[str, str]]) -> bool:
+    """Whether a finished report is exactly what ``cfg`` would write: the same settings (bootstrap and
+    batch size included) and the same (method, question) rows, nothing more or less."""
+    mine = json.loads(json.dumps(asdict(cfg), default=str))
+    rows = [(r.get("method"), r.get("qid")) for r in report.get("outputs", [])]
+    return report.get("config") == mine and sorted(rows) == sorted(keys) and len(set(rows)) == len(rows)
 
 
 def _reusable_rows(
@@ -841,7 +850,12 @@ def run_eval(
     if done:
         logger.info("resuming: %d (method, question) outputs already in %s", len(done), partial)
     elif resume and out_path.is_file():
-        done = _finished_rows(out_path, fp)
+        finished, done = _finished_report(out_path, fp)
+        if finished is not None and plot_dir is None \
+                and _same_run(finished, cfg, [(m, r.id) for m in cfg.methods for r in recs]):
+            # rewriting it would only replace its wall time, corpus size and profiles with a no-op's
+            logger.info("%s is finished with this configuration; nothing to run, the report is left as it is", out_path)
+            return finished
         if done:
             logger.info("resuming: %d (method, question) outputs of the finished report %s", len(done), out_path)
 

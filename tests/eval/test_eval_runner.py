@@ -78,10 +78,18 @@ def test_a_finished_run_started_again_runs_nothing(tmp_path: Path, tiny_gen) -> 
     cfg = EvalConfig(sample=True, limit=2, k=3, max_new_tokens=2, n_bootstrap=10, methods=("none", "moi"))
     first = run_eval(cfg, out=out, records=sample_records(2), generator=tiny_gen, show_progress=False)
     assert not (tmp_path / "r.json.partial.jsonl").exists()
+    written = out.read_bytes()
     with metered() as meter:
         again = run_eval(cfg, out=out, records=sample_records(2), generator=tiny_gen, show_progress=False)
-    assert meter.forward_passes == 0 and again["timing"]["resumed_items"] == 4
-    assert [(r["method"], r["qid"], r["prediction"], r["ranking"]) for r in again["outputs"]] == \
+    # nothing ran and nothing was rewritten: the report keeps its wall time, corpus size and profiles
+    assert meter.forward_passes == 0 and out.read_bytes() == written
+    assert again == json.loads(written) and again["timing"] == first["timing"]
+    # another bootstrap count re-aggregates the same rows (a rewrite, nothing run)
+    boot = EvalConfig(sample=True, limit=2, k=3, max_new_tokens=2, n_bootstrap=20, methods=("none", "moi"))
+    with metered() as meter:
+        rerun = run_eval(boot, out=out, records=sample_records(2), generator=tiny_gen, show_progress=False)
+    assert meter.forward_passes == 0 and rerun["timing"]["resumed_items"] == 4
+    assert [(r["method"], r["qid"], r["prediction"], r["ranking"]) for r in rerun["outputs"]] == \
         [(r["method"], r["qid"], r["prediction"], r["ranking"]) for r in first["outputs"]]
     # a method added to the same configuration runs alone; the finished rows stay as they were
     more = EvalConfig(sample=True, limit=2, k=3, max_new_tokens=2, n_bootstrap=10, methods=("none", "moi", "random"))

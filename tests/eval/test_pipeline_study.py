@@ -104,3 +104,21 @@ def test_headline_pairs_rows_across_runs_on_committed_results(load_bench, tmp_pa
     assert all(x["holm_lo"] <= x["lo"] + 1e-12 for x in h["rows"])
     with pytest.raises(SystemExit, match="no rows for b75:moi"):
         compare.main(["--runs", json.dumps(runs), "--against", "b75:moi", "--reranker", "b0:none", "--out", str(out)])
+
+
+def test_a_finished_study_run_started_again_rewrites_nothing(study, tiny_lm_dir: Path, shared_data: Path,
+                                                             tmp_path: Path) -> None:
+    """A queue restarts every step; a finished one must leave its JSON (wall time, corpus size) as it was."""
+    data = tmp_path / "h4.jsonl"
+    with open(shared_data / "hotpotqa" / "dev.jsonl", encoding="utf-8") as f:
+        data.write_text("".join(line for _, line in zip(range(4), f)), encoding="utf-8")
+    out = tmp_path / "r.json"
+    argv = ["--data-file", str(data), "--limit", "2", "--candidates", "4", "-k", "2", "--methods", "none",
+            "--model", str(tiny_lm_dir), "--max-new-tokens", "2", "--bootstrap", "10", "--passage-tokens", "12",
+            "--device", "cpu", "--quiet", "--out", str(out)]
+    assert study.main(argv) == 0
+    first, first_eval = out.read_bytes(), out.with_suffix(".eval.json").read_bytes()
+    assert json.loads(first_eval)["protocol"]["corpus_passages"] == 40
+    assert study.main(argv) == 0
+    assert out.with_suffix(".eval.json").read_bytes() == first_eval
+    assert json.loads(out.read_bytes())["wall_seconds"] == json.loads(first)["wall_seconds"]
