@@ -41,6 +41,7 @@ import argparse
 import dataclasses
 import gzip
 import json
+import logging
 import shutil
 import time
 from collections.abc import Mapping, Sequence
@@ -61,6 +62,7 @@ from ragkit.eval.harness import (
 )
 
 HERE = Path(__file__).resolve().parent
+logger = logging.getLogger(__name__)
 STEPS = ("labels", "students", "probe", "fidelity", "dev")
 SELECT_KEY = ("recall@3", "mrr@10")
 """The selection key of the students, in order (plan.json, students.selection)."""
@@ -287,6 +289,11 @@ class Study:
     def labels(self) -> None:
         from ragkit.training.labels import generate_labels
 
+        done = self.result["steps"].get("labels") or {}
+        if self.args.limit is None and done.get("committed_as") \
+                and (HERE / self.plan["labels"]["masked"]["committed_as"]).exists():
+            logger.info("labels: finished (%s); the step's record is left as it is", done["committed_as"])
+            return
         recs = self.records_with_candidates(self.train_file, self.dev_file, self.args.limit or None)
         path = self.work / "labels-masked.jsonl"
         stats = generate_labels(self.generator(), recs, path, design="masked", outcome="question",
@@ -388,8 +395,11 @@ class Study:
         tr = [lab for lab in masked if lab.qid in set(train)]
         ho = [lab for lab in masked if lab.qid in set(sel)]
         pc = self.plan["probe"]
-        gen = self.generator()
         path = self.work / "probe.json"
+        if "probe" in self.result["steps"] and path.exists():  # fitted: a restart must not refit for hours
+            logger.info("probe: fitted already (%s); delete it to fit again", path)
+            return
+        gen = self.generator()
         t0 = time.perf_counter()
         probe = fit_attention_probe(gen, [lab.question for lab in tr], [lab.passages() for lab in tr],
                                     [lab.u for lab in tr], ridge=float(pc["ridge"]), target=pc["target"],

@@ -98,3 +98,11 @@ def test_every_step_on_tiny_models(study, shared_data: Path, tiny_lm_dir: Path, 
     # resumable: a finished step run again adds nothing
     assert study.main(["--step", "fidelity", *base]) == 0
     assert len(json.loads(out.read_text())["steps"]["fidelity"]["rows"]) == 4
+    # a fitted probe is not refitted when a queue starts the step again (hours for the reference generator)
+    from ragkit.generation.base import metered
+
+    before = (work / "probe.json").read_bytes()
+    with metered() as cost:
+        assert study.main(["--step", "probe", *base]) == 0
+    assert cost.forward_passes == 0 and (work / "probe.json").read_bytes() == before
+    assert json.loads(out.read_text())["steps"]["probe"] == steps["probe"]
