@@ -228,10 +228,10 @@ def run(config: Mapping[str, Any]) -> int:
         "eval_report": rel(out.with_suffix(".eval.json")),
         "wall_seconds": wall,
     }
-    if machine is not None:
-        result["machine"] = machine
     if args.stage == "select":
         result["selected"] = {"metric": args.select_metric, "best_label_free": best_reranker(agg, args.select_metric)}
+    if machine is not None:
+        result["machine"] = machine  # last, where write_result puts it
     write_result(out, result, device=args.device)
     print(json.dumps({m: {k: (v["mean"] if isinstance(v, dict) and "mean" in v else v)
                           for k, v in r.items() if k in (*report["metrics"], *report["ranking_metrics"])}
