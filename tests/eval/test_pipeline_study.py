@@ -121,4 +121,4 @@ def test_a_finished_study_run_started_again_rewrites_nothing(study, tiny_lm_dir:
     assert json.loads(first_eval)["protocol"]["corpus_passages"] == 40
     assert study.main(argv) == 0
     assert out.with_suffix(".eval.json").read_bytes() == first_eval
-    assert json.loads(out.read_bytes())["wall_seconds"] == json.loads(first)["wall_seconds"]
+    assert out.read_bytes() == first  # wall time, machine and the keys' order as the run that did the work wrote them
