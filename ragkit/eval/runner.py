@@ -844,18 +844,20 @@ def run_eval(
 
     partial = _partial_path(out_path)
     fp = cfg.fingerprint()
+    if resume and not partial.exists() and out_path.is_file():
+        finished, _ = _finished_report(out_path, fp)
+        if finished is not None and plot_dir is None \
+                and _same_run(finished, cfg, [(m, r.id) for m in cfg.methods for r in recs]):
+            # rewriting it would only replace its wall time, corpus size and profiles with a no-op's
+            logger.info("%s is finished with this configuration; nothing to run, the report is left as it is", out_path)
+            return finished
     done = {(r["method"], r["qid"]): r
             for r in (_check_resumed_row(partial, i, r) for i, r in resume_appended_jsonl(
                 partial, {"_fingerprint": fp, "config": asdict(cfg)}, resume, key="_fingerprint", with_lines=True))}
     if done:
         logger.info("resuming: %d (method, question) outputs already in %s", len(done), partial)
     elif resume and out_path.is_file():
-        finished, done = _finished_report(out_path, fp)
-        if finished is not None and plot_dir is None \
-                and _same_run(finished, cfg, [(m, r.id) for m in cfg.methods for r in recs]):
-            # rewriting it would only replace its wall time, corpus size and profiles with a no-op's
-            logger.info("%s is finished with this configuration; nothing to run, the report is left as it is", out_path)
-            return finished
+        _, done = _finished_report(out_path, fp)
         if done:
             logger.info("resuming: %d (method, question) outputs of the finished report %s", len(done), out_path)
 

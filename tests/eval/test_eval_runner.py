@@ -83,6 +83,7 @@ def test_a_finished_run_started_again_runs_nothing(tmp_path: Path, tiny_gen) -> 
         again = run_eval(cfg, out=out, records=sample_records(2), generator=tiny_gen, show_progress=False)
     # nothing ran and nothing was rewritten: the report keeps its wall time, corpus size and profiles
     assert meter.forward_passes == 0 and out.read_bytes() == written
+    assert not (tmp_path / "r.json.partial.jsonl").exists()  # no header-only partial file left behind
     assert again == json.loads(written) and again["timing"] == first["timing"]
     # another bootstrap count re-aggregates the same rows (a rewrite, nothing run)
     boot = EvalConfig(sample=True, limit=2, k=3, max_new_tokens=2, n_bootstrap=20, methods=("none", "moi"))
