@@ -844,8 +844,9 @@ def run_eval(
 
     partial = _partial_path(out_path)
     fp = cfg.fingerprint()
+    finished_rows: dict[tuple[str, str], dict[str, Any]] | None = None  # the finished report's, read once
     if resume and not partial.exists() and out_path.is_file():
-        finished, _ = _finished_report(out_path, fp)
+        finished, finished_rows = _finished_report(out_path, fp)
         if finished is not None and plot_dir is None \
                 and _same_run(finished, cfg, [(m, r.id) for m in cfg.methods for r in recs]):
             # rewriting it would only replace its wall time, corpus size and profiles with a no-op's
@@ -857,7 +858,7 @@ def run_eval(
     if done:
         logger.info("resuming: %d (method, question) outputs already in %s", len(done), partial)
     elif resume and out_path.is_file():
-        _, done = _finished_report(out_path, fp)
+        done = finished_rows if finished_rows is not None else _finished_report(out_path, fp)[1]
         if done:
             logger.info("resuming: %d (method, question) outputs of the finished report %s", len(done), out_path)
 
