@@ -60,6 +60,7 @@ from ragkit.eval.harness import (
     study_main,
     write_result,
 )
+from ragkit.io import read_appended_jsonl
 
 HERE = Path(__file__).resolve().parent
 logger = logging.getLogger(__name__)
@@ -383,7 +384,7 @@ class Study:
     # ------------------------------------------------------------------ 3. probe
     def probe(self) -> None:
         from ragkit.debias.attention_probe import (
-            AttentionProbeReranker,
+            attention_feature_table,
             default_probe_path,
             fit_attention_probe,
             spearman_fidelity,
@@ -400,14 +401,18 @@ class Study:
             logger.info("probe: fitted already (%s); delete it to fit again", path)
             return
         gen = self.generator()
+        # each question's features are kept as computed (hours of CPU): a restart reads them back
+        cache = self.work / "probe-features.jsonl"
+        read_back = len(read_appended_jsonl(cache))  # questions computed by an earlier, interrupted run
         t0 = time.perf_counter()
         probe = fit_attention_probe(gen, [lab.question for lab in tr], [lab.passages() for lab in tr],
                                     [lab.u for lab in tr], ridge=float(pc["ridge"]), target=pc["target"],
                                     calibrated=bool(pc["calibrated"]), show_progress=not self.args.quiet,
-                                    metadata={"labels": "masked", "study": "onepass", "plan": self.result["plan"]})
+                                    metadata={"labels": "masked", "study": "onepass", "plan": self.result["plan"]},
+                                    cache=cache)
         fit_s = time.perf_counter() - t0
-        rr = AttentionProbeReranker(gen, probe)
-        pred = [rr.features(lab.question, lab.passages()) for lab in ho]
+        pred = attention_feature_table(gen, [lab.question for lab in ho], [lab.passages() for lab in ho],
+                                       calibrated=probe.calibrated, cache=cache, show_progress=not self.args.quiet)
         scores = [probe.score(x) for x in pred]
         probe.metadata["held_out_fidelity"] = {"num_queries": len(ho), "against": "masked labels",
                                                "spearman": spearman_fidelity(scores, [lab.u for lab in ho]),
@@ -415,6 +420,7 @@ class Study:
         probe.save(path)
         self.result["steps"]["probe"] = {
             "file": rel(path), "fit_questions": len(tr), "fit_seconds": round(fit_s, 1),
+            "feature_rows_from_an_earlier_run": read_back,
             "train_fidelity": probe.metadata["train_fidelity"],
             "held_out_fidelity": probe.metadata["held_out_fidelity"],
             "install": f"cp {rel(path)} {rel(default_probe_path(gen))}"}

@@ -144,6 +144,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_dtype_arg(pr)
     pr.add_argument("--probe-out", default=None,
                     help="probe JSON to write (default: ragkit/data/probes/<model-fingerprint>.json)")
+    pr.add_argument("--features-cache", default=None,
+                    help="JSONL file keeping each question's attention features as they are computed, so that an "
+                         "interrupted fit resumes where it stopped (default: none)")
     add_output_args(pr, out_help="also write the JSON report to this file")
     pr.set_defaults(func=_probe)
 
@@ -237,13 +240,12 @@ def _labels(args: argparse.Namespace) -> int:
 
 def _probe(args: argparse.Namespace) -> int:
     from ragkit.debias.attention_probe import (
-        attention_features,
+        attention_feature_table,
         default_probe_path,
         fit_attention_probe,
         spearman_fidelity,
         top_k_agreement,
     )
-    from ragkit.debias.icr import ICRReranker
     from ragkit.generation import load_generator
     from ragkit.training.labels import read_labels
     from ragkit.training.students import split_labels
@@ -257,13 +259,14 @@ def _probe(args: argparse.Namespace) -> int:
     out = args.probe_out or default_probe_path(generator)
     probe = fit_attention_probe(generator, [lab.question for lab in train], [lab.passages() for lab in train],
                                 [lab.u for lab in train], ridge=args.ridge, target=args.target,
-                                calibrated=not args.no_calibrate,
+                                calibrated=not args.no_calibrate, cache=args.features_cache,
                                 metadata={"labels": str(args.labels),  # what the probe imitates, e.g. masked + question
                                           "label_design": ",".join(sorted({lab.design for lab in labels})),
                                           "label_outcome": ",".join(sorted({lab.outcome for lab in labels}))})
     if held:
-        icr = ICRReranker(generator)
-        pred = [probe.score(attention_features(icr, lab.question, lab.passages(), probe.calibrated)) for lab in held]
+        feats = attention_feature_table(generator, [lab.question for lab in held], [lab.passages() for lab in held],
+                                        calibrated=probe.calibrated, cache=args.features_cache)
+        pred = [probe.score(x) for x in feats]
         probe.metadata["held_out_fidelity"] = {
             "num_queries": len(held), "spearman": spearman_fidelity(pred, [lab.u for lab in held]),
             "top3_agreement": top_k_agreement(pred, [lab.u for lab in held], 3)}

@@ -46,18 +46,21 @@ import numpy as np
 
 from ragkit.debias.icr import ICRReranker
 from ragkit.generation.base import GeneratorLike, metered
-from ragkit.io import atomic_write_text
+from ragkit.io import append_jsonl, atomic_write_text, read_appended_jsonl
 from ragkit.reranking import Reranker
 from ragkit.types import Passage, Query, RankedList, RankInfo
 
 __all__ = ["PROBE_FORMAT", "PROBE_DIR", "AttentionProbe", "AttentionProbeReranker", "attention_features",
-           "default_probe_path", "fit_attention_probe", "model_fingerprint", "spearman_fidelity", "top_k_agreement"]
+           "attention_feature_table", "default_probe_path", "fit_attention_probe", "model_fingerprint",
+           "spearman_fidelity", "top_k_agreement"]
 
 logger = logging.getLogger(__name__)
 
 PROBE_FORMAT = "ragkit-attention-probe/1"
 PROBE_DIR = Path(__file__).resolve().parent.parent / "data" / "probes"
 """Where committed probes live, one ``<model-fingerprint>.json`` per generator."""
+FEATURES_FORMAT = "ragkit-attention-features/1"
+"""The format tag of a feature cache's rows (:func:`attention_feature_table`)."""
 FEATURE_LAYOUT = ("x[l*heads + h] = sum over the passage's prompt tokens of the mean over the question tokens of "
                   "layer l head h's attention weight (ICR layout); calibrated: minus the same for the query 'N/A'")
 
@@ -262,25 +265,82 @@ class AttentionProbeReranker(Reranker):
         return out
 
 
+def _feature_key(fingerprint: str, calibrated: bool, question: str, passages: Sequence[Passage]) -> str:
+    """A hash of everything one question's features depend on: model, calibration, question, passages."""
+    blob = json.dumps([FEATURES_FORMAT, fingerprint, bool(calibrated), question,
+                       [[p.id, p.title, p.text] for p in passages]], ensure_ascii=False)
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+def attention_feature_table(generator: GeneratorLike, questions: Sequence[str], passages: Sequence[Sequence[Passage]],
+                            *, calibrated: bool = True, cache: str | os.PathLike[str] | None = None,
+                            show_progress: bool | None = None) -> list[np.ndarray]:
+    """The :func:`attention_features` of many questions, one generator forward each.
+
+    Parameters
+    ----------
+    generator
+        A local generator (the attention weights need the model itself).
+    questions, passages
+        The questions and each one's candidate passages.
+    calibrated
+        Subtract the content-free query's attention (ICR's calibration).
+    cache
+        A JSONL file that makes a long run resumable: each question's features are appended (and
+        fsynced) as soon as they are computed, keyed by a hash of the model's fingerprint, the
+        calibration, the question and its passages; a later call reads back every question it
+        finds there and computes only the others. Fitting a probe on a few hundred questions is
+        hours of CPU, and an interrupted run should not pay them again. JSON floats round-trip
+        exactly, so features read back equal the computed ones. A torn last line (a killed write)
+        is dropped and that question computed again. ``None``: nothing is stored.
+    show_progress
+        Show a progress bar (``None``: ragkit's default).
+    """
+    from ragkit.io import progress
+
+    if len(questions) != len(passages):
+        raise ValueError(f"{len(questions)} questions but {len(passages)} passage lists")
+    icr = ICRReranker(generator)
+    fp = model_fingerprint(generator)
+    keys = [_feature_key(fp, calibrated, q, ps) for q, ps in zip(questions, passages)]
+    stored: dict[str, np.ndarray] = {}
+    if cache is not None:
+        for row in read_appended_jsonl(cache):
+            if isinstance(row, dict) and row.get("format") == FEATURES_FORMAT and "key" in row:
+                stored[str(row["key"])] = np.asarray(row["features"], dtype=np.float64)
+        if stored:
+            logger.info("%s: %d of %d questions' attention features read back", cache,
+                        sum(k in stored for k in keys), len(keys))
+    out: list[np.ndarray] = []
+    for key, q, ps in progress(list(zip(keys, questions, passages)), show=show_progress, desc="attention features"):
+        x = stored.get(key)
+        if x is None or x.ndim != 2 or x.shape[0] != len(ps):  # not stored (or a damaged row): compute
+            x = attention_features(icr, q, ps, calibrated)
+            if cache is not None:
+                append_jsonl(cache, [{"format": FEATURES_FORMAT, "key": key, "features": x.tolist()}])
+            stored[key] = x
+        out.append(x)
+    return out
+
+
 def fit_attention_probe(generator: GeneratorLike, questions: Sequence[str], passages: Sequence[Sequence[Passage]],
                         utilities: Sequence[Sequence[float]], *, ridge: float = 1.0, target: str = "zscore",
                         calibrated: bool = True, out: str | os.PathLike[str] | None = None,
-                        show_progress: bool | None = None, metadata: dict[str, Any] | None = None) -> AttentionProbe:
+                        show_progress: bool | None = None, metadata: dict[str, Any] | None = None,
+                        cache: str | os.PathLike[str] | None = None) -> AttentionProbe:
     """Fit a ``moi_attn`` probe on training questions and their leave-one-out utilities.
 
     ``utilities[q][i]`` is passage ``i``'s MoI utility for question ``q`` (label records of
     ``ragkit distill labels``: ``lab.u``). One generator forward per question. ``out``: where to
     save the JSON (``None``: not saved; the default location is :func:`default_probe_path`).
-    The probe's ``metadata["train_fidelity"]`` holds its Spearman and top-3 agreement on the
-    questions it was fitted on.
+    ``cache``: a JSONL file of computed features that makes the fit resumable
+    (:func:`attention_feature_table`). The probe's ``metadata["train_fidelity"]`` holds its
+    Spearman and top-3 agreement on the questions it was fitted on.
     """
-    from ragkit.io import progress
-
-    icr = ICRReranker(generator)
     cfg = generator.model.config
     layers, heads = int(cfg.num_hidden_layers), int(cfg.num_attention_heads)
-    feats = [attention_features(icr, q, ps, calibrated)
-             for q, ps in progress(list(zip(questions, passages)), show=show_progress, desc="attention features")]
+    feats = attention_feature_table(generator, questions, passages, calibrated=calibrated, cache=cache,
+                                    show_progress=show_progress)
     probe = AttentionProbe.fit(feats, utilities, layers=layers, heads=heads, ridge=ridge, target=target,
                                model_fingerprint=model_fingerprint(generator), calibrated=calibrated,
                                metadata=dict(metadata or {}))

@@ -121,6 +121,40 @@ def test_moi_attn_end_to_end_on_a_tiny_model(tiny_lm_dir: Path, tmp_path: Path, 
         AttentionProbeReranker(gen, tmp_path / "other.json")
 
 
+def test_feature_cache_resumes_exactly_and_recomputes_only_a_torn_row(tiny_lm_dir: Path, tmp_path: Path) -> None:
+    from ragkit.debias.attention_probe import attention_feature_table, fit_attention_probe
+    from ragkit.generation import Generator
+    from ragkit.generation.base import metered
+
+    gen = Generator(model=str(tiny_lm_dir), device="cpu", show_progress=False)
+    qs, ps = _questions()
+    cache = tmp_path / "features.jsonl"
+    with metered() as first:
+        a = attention_feature_table(gen, qs[:2], ps[:2], cache=cache, show_progress=False)
+    assert first.forward_passes > 0 and len(cache.read_text().splitlines()) == 2
+    with metered() as again:  # all three: two read back, the third computed and appended
+        b = attention_feature_table(gen, qs, ps, cache=cache, show_progress=False)
+    per_question = first.forward_passes // 2
+    assert again.forward_passes == per_question and len(cache.read_text().splitlines()) == 3
+    for x, y in zip(a, b):
+        np.testing.assert_array_equal(x, y)  # read back bit for bit
+
+    data = cache.read_bytes()
+    cache.write_bytes(data[: len(data) - 40])  # a write killed in the last row
+    with metered() as torn:
+        c = attention_feature_table(gen, qs, ps, cache=cache, show_progress=False)
+    assert torn.forward_passes == per_question and len(cache.read_text().splitlines()) == 3
+    np.testing.assert_array_equal(c[2], b[2])
+    with metered() as other:  # uncalibrated features are another key: nothing read back
+        attention_feature_table(gen, qs[:1], ps[:1], calibrated=False, cache=cache, show_progress=False)
+    assert other.forward_passes > 0
+
+    utils = [np.random.default_rng(0).normal(size=len(p)).tolist() for p in ps]
+    cached = fit_attention_probe(gen, qs, ps, utils, ridge=0.1, cache=cache, show_progress=False)
+    plain = fit_attention_probe(gen, qs, ps, utils, ridge=0.1, show_progress=False)
+    np.testing.assert_array_equal(cached.weights, plain.weights)
+
+
 def test_cli_distill_probe(tiny_lm_dir: Path, tmp_path: Path, capsys) -> None:
     from ragkit.cli import main
     from ragkit.debias.attention_probe import AttentionProbe
