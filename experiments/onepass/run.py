@@ -345,11 +345,14 @@ class Study:
                           force=True, seed=int(self.plan["protocol"]["seed"]), overwrite=True,
                           base_model=self.args.base_model or self.plan["students"]["base_model"],
                           lr=pt["lr"], epochs=pt["epochs"], device=self.args.device, show_progress=False,
-                          bf16=bool(self.plan["students"].get("bf16", False)))
+                          bf16=bool(self.plan["students"].get("bf16", False)),
+                          checkpoint_dir=sdir / "_checkpoints" / name)  # a killed grid point resumes mid-training
             comp = res.reranker.metadata["comparison"]
             run = {"name": name, "recipe": recipe, "label_set": set_name, "stage": stage,
                    "lr": float(pt["lr"]), "epochs": float(pt["epochs"]),
                    "train_questions": res.num_queries, "seconds": round(time.perf_counter() - t0, 1),
+                   "train_seconds": round(float(res.seconds), 1),
+                   "resumed_from_step": res.reranker.metadata.get("resumed_from_step", 0),
                    "initial_loss": getattr(res, "initial_loss", None),
                    "final_loss": getattr(res, "final_loss", None),
                    "comparison": {k: comp[k] for k in ("num_queries", "relevance", "first_stage", "student",

@@ -69,6 +69,9 @@ def _add_train_args(p: argparse.ArgumentParser, required: bool) -> None:
     p.add_argument("--bf16", action="store_true",
                    help="mixed precision (bfloat16 autocast, fp32 weights): faster on GPUs and on CPUs with "
                         "AVX512-BF16 or AMX, slower on other CPUs")
+    p.add_argument("--checkpoint-dir", default=None,
+                   help="make training resumable: checkpoints go here (every 20 steps) and the same command "
+                        "started again continues from the latest; removed when training ends (default: none)")
     add_output_args(p, folder=True, required=required, out_help="folder for the trained student (written atomically)")
 
 
@@ -166,7 +169,7 @@ def recipe_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     kw: dict[str, Any] = dict(base_model=args.base_model, loss=loss, epochs=args.epochs,
                               batch_size=args.batch_size or batch_size, lr=args.lr or lr,
                               max_length=args.max_length, temperature=args.temperature, device=args.device,
-                              bf16=args.bf16)
+                              bf16=args.bf16, checkpoint_dir=args.checkpoint_dir)
     if args.student == "residual":
         kw["prior"] = args.prior
     return kw

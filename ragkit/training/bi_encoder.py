@@ -26,7 +26,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -38,7 +37,7 @@ import numpy as np
 from ragkit.debias.bi_encoder import BI_META_FORMAT
 from ragkit.debias.cross_encoder import pair_text
 from ragkit.io import atomic_dir, check_writable_dir, progress_enabled
-from ragkit.training.distill import _as_labels, label_targets
+from ragkit.training.distill import CHECKPOINT_EVERY, _as_labels, label_targets, student_run, student_settings
 from ragkit.training.labels import LabelRecord
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -145,6 +144,8 @@ def train_bi_encoder(
     device: str = "auto",
     show_progress: bool | None = None,
     bf16: bool = False,
+    checkpoint_dir: str | os.PathLike[str] | None = None,
+    checkpoint_every: int = CHECKPOINT_EVERY,
 ) -> BiEncoderTrainResult:
     """Fine-tune the dense retriever's embedder on MoI labels (module docstring's two losses).
 
@@ -162,8 +163,8 @@ def train_bi_encoder(
         Token limit of a question or passage.
     temperature, margin_scale
         Target temperature of the z-scored utilities; ``c`` of the MarginMSE targets.
-    bf16
-        Mixed precision (bfloat16 autocast, fp32 master weights), as in
+    bf16, checkpoint_dir, checkpoint_every
+        Mixed precision (bfloat16 autocast, fp32 master weights) and resumable checkpoints, as in
         :func:`ragkit.training.distill.train_student`.
     """
     from datasets import Dataset
@@ -201,18 +202,24 @@ def train_bi_encoder(
     if loss == "margin_mse" and margin_rows["query"]:
         train["margin"] = Dataset.from_dict(margin_rows)
         loss_fns["margin"] = losses.MarginMSELoss(model, similarity_fct=pairwise_cos_sim)
-    t0 = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="ragkit-bi-encoder-") as tmp:
+    settings = student_settings("bi-encoder", labs, base_model=base_model, loss=loss, epochs=epochs,
+                                batch_size=batch_size, lr=lr, seed=seed, max_length=max_length,
+                                temperature=temperature, margin_scale=margin_scale, warmup_ratio=warmup_ratio,
+                                weight_decay=weight_decay, bf16=bf16)
+    with student_run(checkpoint_dir, settings, "ragkit-bi-encoder-") as run:
+        t0 = time.perf_counter()
+        before = float(run.before.get("seconds", 0.0))
         args = SentenceTransformerTrainingArguments(
-            output_dir=tmp, num_train_epochs=epochs, per_device_train_batch_size=batch_size, learning_rate=lr,
-            warmup_steps=warmup_ratio, weight_decay=weight_decay, seed=seed, data_seed=seed, logging_steps=1,
-            save_strategy="no", report_to="none", disable_tqdm=not progress_enabled(show_progress),
+            **run.trainer_args(checkpoint_every), num_train_epochs=epochs, per_device_train_batch_size=batch_size,
+            learning_rate=lr, warmup_steps=warmup_ratio, weight_decay=weight_decay, seed=seed, data_seed=seed,
+            logging_steps=1, report_to="none", disable_tqdm=not progress_enabled(show_progress),
             use_cpu=dev == "cpu", dataloader_num_workers=0, bf16=bf16)
         trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=train, loss=loss_fns)
         trainer.remove_callback(PrinterCallback)
-        trainer.train()
+        run.add_callback(trainer, settings, lambda: {"seconds": before + time.perf_counter() - t0})
+        trainer.train(resume_from_checkpoint=run.checkpoint)
         history = [float(h["loss"]) for h in trainer.state.log_history if "loss" in h]
-    seconds = time.perf_counter() - t0
+    seconds = before + time.perf_counter() - t0
     model.eval()
     student = BiEncoderStudent(model, {
         "student": "bi-encoder", "base_model": base_model or "all-MiniLM-L6-v2", "base_path": path,
@@ -220,9 +227,10 @@ def train_bi_encoder(
         "margin_scale": margin_scale, "max_length": max_length, "seed": seed, "num_queries": len(labs),
         "label_sources": sorted({lab.source for lab in labs if lab.source}),
         "label_generators": sorted({lab.generator for lab in labs if lab.generator}),
-        "train_seconds": seconds, "bf16": bf16})
+        "train_seconds": seconds, "bf16": bf16, "resumed_from_step": run.step})
     if out_dir is not None:
         student.save(out_dir, overwrite=overwrite)
+    run.finish(saved=out_dir is not None)
     return BiEncoderTrainResult(reranker=student, out_dir=None if out_dir is None else str(out_dir),
                                 loss_history=history, initial_loss=history[0] if history else None,
                                 final_loss=history[-1] if history else None, seconds=seconds,

@@ -20,7 +20,7 @@ import re
 import shutil
 import struct
 import zipfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,16 +38,22 @@ __all__ = [
     "check_checkpoint",
     "check_resume",
     "latest_checkpoint",
+    "load_loop_checkpoint",
+    "read_progress",
     "prepare_run_dir",
     "remove_stale_temps",
     "resolve_resume",
     "save_final_model",
+    "save_loop_checkpoint",
+    "start_or_resume",
 ]
 
 logger = logging.getLogger(__name__)
 
 _CKPT = re.compile(r"^checkpoint-(\d+)$")
 SETTINGS_IN_CHECKPOINT = "ragkit_settings.json"
+PROGRESS_IN_CHECKPOINT = "ragkit_progress.json"
+"""What a checkpoint adds to the Trainer's state: e.g. the training seconds spent before it."""
 _STALE_DIRS = ("final.tmp-*", "final.old-*", ".final-*")
 _STALE_FILES = ("*.json.*.tmp",)
 FINAL_KIND = "model"
@@ -311,10 +317,13 @@ def check_resume(resume: str | bool | None, run_dir: str | os.PathLike[str], set
 
 
 class SettingsCallback(TrainerCallback):
-    """Writes the run's settings into every checkpoint (``ragkit_settings.json``) for :func:`check_resume`."""
+    """Writes the run's settings into every checkpoint (``ragkit_settings.json``) for :func:`check_resume`,
+    and, with ``progress``, what it returns (``ragkit_progress.json``, read back by :func:`read_progress`)."""
 
-    def __init__(self, settings: Mapping[str, Any]) -> None:
+    def __init__(self, settings: Mapping[str, Any],
+                 progress: Callable[[], Mapping[str, Any]] | None = None) -> None:
         self.settings = dict(settings)
+        self.progress = progress
 
     def on_save(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
         if not state.is_world_process_zero:
@@ -322,6 +331,88 @@ class SettingsCallback(TrainerCallback):
         ckpt = Path(args.output_dir) / f"checkpoint-{state.global_step}"
         if ckpt.is_dir():
             write_json(ckpt / SETTINGS_IN_CHECKPOINT, self.settings)
+            if self.progress is not None:
+                write_json(ckpt / PROGRESS_IN_CHECKPOINT, dict(self.progress()))
+
+
+def read_progress(checkpoint: str | os.PathLike[str] | None) -> dict[str, Any]:
+    """The ``ragkit_progress.json`` of a checkpoint (``{}`` for none, or a checkpoint without one)."""
+    if checkpoint is None:
+        return {}
+    f = Path(checkpoint) / PROGRESS_IN_CHECKPOINT
+    try:
+        data = json.loads(f.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as e:
+        raise _damaged(Path(checkpoint), f"{f.name} is unreadable ({e})") from e
+    return data if isinstance(data, dict) else {}
+
+
+def start_or_resume(run_dir: str | os.PathLike[str], kind: str, settings: Mapping[str, Any]) -> ResumeState:
+    """Prepare ``run_dir`` as a run folder of ``kind`` and resume from its latest checkpoint, if any.
+
+    The automatic resume of trainers that take a checkpoint folder (the distillation students): a
+    run killed half-way continues from its last checkpoint when it is started again with the same
+    settings; other settings raise :class:`CheckpointError` naming each difference.
+    """
+    d = prepare_run_dir(run_dir, kind)
+    return check_resume("last", d, settings, SETTINGS_IN_CHECKPOINT)
+
+
+def save_loop_checkpoint(run_dir: str | os.PathLike[str], step: int, model: Any, optimizer: Any,
+                         state: Mapping[str, Any], settings: Mapping[str, Any]) -> Path:
+    """Checkpoint a plain PyTorch training loop after ``step`` optimiser steps, atomically.
+
+    ``checkpoint-<step>/`` holds the model's weights (``model.safetensors``), the optimiser state
+    (``optimizer.pt``, a torch archive read back with ``weights_only=True``: tensors and numbers,
+    nothing unpickled), the torch RNG states (``rng_state.safetensors``), ``trainer_state.json``
+    (``global_step`` and ``state``: JSON the loop needs, e.g. its data order and loss history) and
+    the run's settings. The folder is written beside its final name and renamed, so a kill leaves
+    the previous checkpoint whole; the previous one is then deleted.
+    """
+    import torch
+    from safetensors.torch import save_file, save_model
+
+    d = Path(run_dir)
+    final = d / f"checkpoint-{step}"
+    tmp = d / f".checkpoint-{step}.tmp"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    save_model(model, str(tmp / "model.safetensors"))
+    torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
+    rng = {"cpu": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        rng.update({f"cuda{i}": t for i, t in enumerate(torch.cuda.get_rng_state_all())})
+    save_file(rng, str(tmp / "rng_state.safetensors"))
+    write_json(tmp / SETTINGS_IN_CHECKPOINT, dict(settings))
+    write_json(tmp / "trainer_state.json", {"global_step": int(step), "state": dict(state)})
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    for old in d.iterdir():
+        m = _CKPT.match(old.name)
+        if m and int(m.group(1)) != step and old.is_dir():
+            shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def load_loop_checkpoint(checkpoint: str | os.PathLike[str], model: Any, optimizer: Any) -> dict[str, Any]:
+    """Restore what :func:`save_loop_checkpoint` wrote into ``model``, ``optimizer`` and torch's RNGs;
+    return the loop's ``state``. Check it first with :func:`check_resume`."""
+    import torch
+    from safetensors.torch import load_file, load_model
+
+    d = Path(checkpoint)
+    load_model(model, str(d / "model.safetensors"))
+    optimizer.load_state_dict(torch.load(d / "optimizer.pt", weights_only=True, map_location="cpu"))
+    rng = load_file(str(d / "rng_state.safetensors"))
+    torch.set_rng_state(rng["cpu"])
+    cuda = [rng[k] for k in sorted(rng, key=lambda k: int(k[4:]) if k.startswith("cuda") else -1) if k != "cpu"]
+    if cuda and torch.cuda.is_available() and len(cuda) == torch.cuda.device_count():
+        torch.cuda.set_rng_state_all(cuda)
+    return dict(json.loads((d / "trainer_state.json").read_text(encoding="utf-8")).get("state") or {})
 
 
 # ------------------------------------------------------------------------------ final model

@@ -26,11 +26,15 @@ passes per query and no generator pass.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import os
+import shutil
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -59,6 +63,69 @@ __all__ = [
 ]
 
 LOSSES = ("ranknet", "listnet", "lambdaloss")
+
+
+# ----------------------------------------------------------------------------- checkpoints
+CHECKPOINT_EVERY = 20
+"""Optimiser steps between two checkpoints of a student run with a ``checkpoint_dir`` (about 4 to 6
+minutes of training on 2 CPU cores with the default batch sizes; seconds on a GPU)."""
+
+
+def student_settings(recipe: str, labels: Sequence[LabelRecord], **settings: Any) -> dict[str, Any]:
+    """What a student run's checkpoints must share to be resumed: the recipe, a digest of the labels
+    (question ids, passage ids, utilities) and every training setting."""
+    blob = json.dumps([[lab.qid, list(lab.passage_ids), [float(x) for x in lab.u]] for lab in labels])
+    return {"recipe": recipe, "labels": hashlib.sha256(blob.encode("utf-8")).hexdigest(),
+            "num_queries": len(labels), **{k: (str(v) if isinstance(v, os.PathLike) else v)
+                                           for k, v in settings.items()}}
+
+
+@dataclass
+class _Run:
+    """Where an HF-Trainer student run writes: a temporary folder, or a resumable checkpoint folder."""
+
+    output_dir: str
+    checkpoint: str | None
+    before: dict[str, Any]
+    resumable: bool
+    step: int = 0
+
+    def trainer_args(self, every: int) -> dict[str, Any]:
+        if not self.resumable:
+            return {"output_dir": self.output_dir, "save_strategy": "no"}
+        return {"output_dir": self.output_dir, "save_strategy": "steps", "save_steps": every,
+                "save_total_limit": 1}
+
+    def add_callback(self, trainer: Any, settings: Mapping[str, Any], progress: Callable[[], dict[str, Any]]) -> None:
+        from ragkit.training.checkpoint import SettingsCallback
+
+        if self.resumable:
+            trainer.add_callback(SettingsCallback(settings, progress=progress))
+
+    def finish(self, saved: bool) -> None:
+        """Remove the checkpoints once the trained student is saved; a student returned unsaved keeps
+        them (its caller saves it, then removes the folder: :func:`ragkit.training.students.distill`)."""
+        if self.resumable and saved:
+            shutil.rmtree(self.output_dir, ignore_errors=True)
+
+
+@contextmanager
+def student_run(checkpoint_dir: str | os.PathLike[str] | None, settings: Mapping[str, Any],
+                prefix: str) -> Iterator[_Run]:
+    """The output folder of a ``transformers.Trainer`` student run.
+
+    ``None``: a temporary folder, no checkpoints. A path: a run folder of kind ``student-run``
+    that resumes from its latest checkpoint (refusing one of other settings); the caller removes
+    it with :meth:`_Run.finish` after saving the student, so a kill in between loses nothing.
+    """
+    from ragkit.training.checkpoint import read_progress, start_or_resume
+
+    if checkpoint_dir is None:
+        with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+            yield _Run(tmp, None, {}, False)
+        return
+    state = start_or_resume(checkpoint_dir, "student-run", settings)
+    yield _Run(str(state.run_dir), state.checkpoint, read_progress(state.checkpoint), True, state.step)
 
 
 def label_targets(u: Sequence[float], temperature: float = 1.0) -> list[float]:
@@ -183,6 +250,8 @@ def train_student(
     report_loss: bool = True,
     show_progress: bool | None = None,
     bf16: bool = False,
+    checkpoint_dir: str | os.PathLike[str] | None = None,
+    checkpoint_every: int = CHECKPOINT_EVERY,
 ) -> StudentTrainResult:
     """Train a cross-encoder student on MoI labels with ``CrossEncoderTrainer``.
 
@@ -219,6 +288,12 @@ def train_student(
         Mixed precision: forward and backward under bfloat16 autocast, fp32 master weights and
         optimiser. Faster on GPUs and on CPUs with AVX512-BF16 or AMX (``benchmarks/cpu_dtype.py``
         measures the generator's side); off by default, since CPUs without them run it slower.
+    checkpoint_dir, checkpoint_every
+        Make the run resumable: a checkpoint every ``checkpoint_every`` optimiser steps in
+        ``checkpoint_dir``; started again with the same labels and settings, the run continues
+        from the latest one (other settings are refused, naming each difference). The folder is
+        removed once the student is saved to ``out_dir`` (with ``out_dir=None`` the caller removes
+        it after saving the student). ``None``: no checkpoints.
 
     Returns
     -------
@@ -242,16 +317,20 @@ def train_student(
         raise ValueError(f"lr must be > 0, got {lr}")
     labs = _as_labels(labels)
     dev = resolve_device(device)
+    settings = student_settings("cross-encoder", labs, base_model=base_model, loss=loss, epochs=epochs,
+                                batch_size=batch_size, lr=lr, seed=seed, max_length=max_length,
+                                temperature=temperature, warmup_ratio=warmup_ratio, weight_decay=weight_decay,
+                                bf16=bf16)
     student = DistilledReranker.from_base(base_model, device=dev, max_length=max_length, seed=seed)
-    initial = ranking_loss(student, labs, loss, temperature) if report_loss else None
-
     rows = _training_rows(labs, temperature)
     dataset = Dataset.from_dict(rows)
     loss_fn = _make_loss(loss, student.model)
-    t0 = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="ragkit-distill-") as tmp:
+    with student_run(checkpoint_dir, settings, "ragkit-distill-") as run:
+        initial = run.before.get("initial_loss") if run.checkpoint else (
+            ranking_loss(student, labs, loss, temperature) if report_loss else None)
+        t0 = time.perf_counter()
         args = CrossEncoderTrainingArguments(
-            output_dir=tmp,
+            **run.trainer_args(checkpoint_every),
             num_train_epochs=epochs,
             per_device_train_batch_size=batch_size,
             learning_rate=lr,
@@ -260,7 +339,6 @@ def train_student(
             seed=seed,
             data_seed=seed,
             logging_steps=1,
-            save_strategy="no",
             report_to="none",
             disable_tqdm=not progress_enabled(show_progress),
             use_cpu=dev == "cpu",
@@ -269,9 +347,12 @@ def train_student(
         )
         trainer = CrossEncoderTrainer(model=student.model, args=args, train_dataset=dataset, loss=loss_fn)
         trainer.remove_callback(PrinterCallback)  # library code logs, never prints
-        trainer.train()
+        before = float(run.before.get("seconds", 0.0))
+        run.add_callback(trainer, settings, lambda: {"seconds": before + time.perf_counter() - t0,
+                                                     "initial_loss": initial})
+        trainer.train(resume_from_checkpoint=run.checkpoint)
         history = [float(h["loss"]) for h in trainer.state.log_history if "loss" in h]
-    seconds = time.perf_counter() - t0
+    seconds = before + time.perf_counter() - t0
     student.model.eval()
     final = ranking_loss(student, labs, loss, temperature) if report_loss else None
     student.metadata.update(
@@ -288,10 +369,12 @@ def train_student(
             "bf16": bf16,
             "initial_loss": initial,
             "final_loss": final,
+            "resumed_from_step": run.step,
         }
     )
     if out_dir is not None:
         student.save(out_dir, overwrite=overwrite)
+    run.finish(saved=out_dir is not None)
     logger.info("trained student on %d queries in %.1f s (loss %s -> %s)", len(labs), seconds, initial, final)
     return StudentTrainResult(
         reranker=student,
@@ -343,6 +426,8 @@ def train_residual_student(
     report_loss: bool = True,
     show_progress: bool | None = None,
     bf16: bool = False,
+    checkpoint_dir: str | os.PathLike[str] | None = None,
+    checkpoint_every: int = CHECKPOINT_EVERY,
 ) -> StudentTrainResult:
     """Train a residual cross-encoder student ``s = w · z(retriever) + f(q, p)`` on MoI labels.
 
@@ -355,9 +440,11 @@ def train_residual_student(
     ``prior="score"`` (the given order when a record has none).
 
     Parameters are those of :func:`train_student` (``bf16``: the encoder's forward under bfloat16
-    autocast, the loss and the weights in fp32), plus ``prior`` and ``prior_weight`` (``r`` and
-    ``w`` of :mod:`ragkit.debias.student`). Returns a :class:`StudentTrainResult` whose
-    ``reranker`` is a ``ResidualReranker``.
+    autocast, the loss and the weights in fp32; ``checkpoint_dir``: resumable, with checkpoints of
+    :func:`ragkit.training.checkpoint.save_loop_checkpoint` that hold the data order and RNG
+    states too, so a resumed run trains as an uninterrupted one), plus ``prior`` and
+    ``prior_weight`` (``r`` and ``w`` of :mod:`ragkit.debias.student`). Returns a
+    :class:`StudentTrainResult` whose ``reranker`` is a ``ResidualReranker``.
     """
     import torch
     from transformers import get_linear_schedule_with_warmup
@@ -373,6 +460,15 @@ def train_residual_student(
         raise ValueError(f"epochs ({epochs}), batch_size ({batch_size}) and lr ({lr}) must be positive")
     labs = _as_labels(labels)
     dev = resolve_device(device)
+    settings = student_settings("residual", labs, base_model=base_model, loss=loss, epochs=epochs,
+                                batch_size=batch_size, lr=lr, seed=seed, max_length=max_length,
+                                temperature=temperature, warmup_ratio=warmup_ratio, weight_decay=weight_decay,
+                                prior=prior, prior_weight=prior_weight, bf16=bf16)
+    resume = None
+    if checkpoint_dir is not None:
+        from ragkit.training.checkpoint import load_loop_checkpoint, save_loop_checkpoint, start_or_resume
+
+        resume = start_or_resume(checkpoint_dir, "student-run", settings)
     student = ResidualReranker.from_base(base_model, device=dev, max_length=max_length, seed=seed,
                                          prior=prior, prior_weight=prior_weight)
     ce = student.model
@@ -403,21 +499,30 @@ def train_residual_student(
                     for i in range(0, len(labs), 8)]
         return sum(vals) / len(labs)
 
-    initial = mean_loss() if report_loss else None
     rng = np.random.default_rng(seed)
     torch.manual_seed(seed)
     steps_per_epoch = -(-len(labs) // batch_size)
     total_steps = max(1, int(round(epochs * steps_per_epoch)))
     opt = torch.optim.AdamW(hf.parameters(), lr=lr, weight_decay=weight_decay)
-    sched = get_linear_schedule_with_warmup(opt, int(warmup_ratio * total_steps), total_steps)
+    warmup = int(warmup_ratio * total_steps)
+    sched = get_linear_schedule_with_warmup(opt, warmup, total_steps)  # sets each group's initial_lr
     history: list[float] = []
+    order: list[int] = []
+    start, before = 0, 0.0
+    if resume is not None and resume.checkpoint is not None:
+        state = load_loop_checkpoint(resume.checkpoint, hf, opt)
+        start, before, initial = resume.step, float(state["seconds"]), state["initial_loss"]
+        history, order = [float(x) for x in state["history"]], [int(i) for i in state["order"]]
+        rng.bit_generator.state = state["rng"]
+        sched = get_linear_schedule_with_warmup(opt, warmup, total_steps, last_epoch=start - 1)
+    else:
+        initial = mean_loss() if report_loss else None
     t0 = time.perf_counter()
     hf.train()
     from ragkit.io import progress
 
-    step_iter = progress(range(total_steps), show=show_progress, desc="residual student", unit="step")
-    order: list[int] = []
-    for _ in step_iter:
+    step_iter = progress(range(start, total_steps), show=show_progress, desc="residual student", unit="step")
+    for step in step_iter:
         if len(order) < batch_size:
             order += rng.permutation(len(labs)).tolist()
         idx, order = order[:batch_size], order[batch_size:]
@@ -428,8 +533,12 @@ def train_residual_student(
         opt.step()
         sched.step()
         history.append(float(value.detach()))
+        if resume is not None and (step + 1) % checkpoint_every == 0 and step + 1 < total_steps:
+            save_loop_checkpoint(resume.run_dir, step + 1, hf, opt, settings=settings, state={
+                "order": order, "rng": rng.bit_generator.state, "history": history, "initial_loss": initial,
+                "seconds": before + time.perf_counter() - t0})
     hf.eval()
-    seconds = time.perf_counter() - t0
+    seconds = before + time.perf_counter() - t0
     final = mean_loss() if report_loss else None
     student.metadata.update({
         "loss": loss, "epochs": epochs, "batch_size": batch_size, "lr": lr, "temperature": temperature,
@@ -437,10 +546,12 @@ def train_residual_student(
         "label_generators": sorted({lab.generator for lab in labs if lab.generator}),
         "label_outcomes": sorted({lab.outcome for lab in labs if lab.outcome}),
         "train_seconds": seconds, "bf16": bf16, "initial_loss": initial, "final_loss": final,
-        "steps": total_steps,
+        "steps": total_steps, "resumed_from_step": start,
     })
     if out_dir is not None:
         student.save(out_dir, overwrite=overwrite)
+    if resume is not None and out_dir is not None:  # trained and saved: its checkpoints are done with
+        shutil.rmtree(resume.run_dir, ignore_errors=True)
     logger.info("trained residual student on %d queries in %.1f s (loss %s -> %s)", len(labs), seconds,
                 initial, final)
     return StudentTrainResult(reranker=student, out_dir=None if out_dir is None else str(out_dir),

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 from collections.abc import Sequence
 from typing import Any
 
@@ -175,7 +176,9 @@ def distill(
     tolerance, force
         How far below the first stage a student may fall; save a refused student anyway.
     **train_kwargs
-        Passed to the recipe's trainer (``base_model``, ``loss``, ``epochs``, ``lr``, ...).
+        Passed to the recipe's trainer (``base_model``, ``loss``, ``epochs``, ``lr``, ...);
+        ``checkpoint_dir`` makes training resumable, and the folder is removed once the student is
+        saved or refused.
     """
     if student not in STUDENTS:
         raise ValueError(f"unknown student {student!r}; choose one of {', '.join(STUDENTS)}")
@@ -200,6 +203,12 @@ def distill(
         res = trainer(train, None, seed=seed, **train_kwargs)
         res.reranker.metadata.setdefault("student", student)
         score_fn = _reranker_scores(res.reranker)
+    checkpoints = train_kwargs.get("checkpoint_dir")
+
+    def done_with_checkpoints() -> None:  # the run's outcome is final: saved, or refused
+        if checkpoints is not None:
+            shutil.rmtree(checkpoints, ignore_errors=True)
+
     comparison: dict[str, Any] | None = None
     if held:
         comparison = compare_with_first_stage(score_fn, held, relevance=relevance, tolerance=tolerance)
@@ -212,6 +221,7 @@ def distill(
                    "label more questions, change the recipe (--student, --lr, --epochs), or pass --force to "
                    "save it anyway")
             if not force:
+                done_with_checkpoints()
                 raise StudentBelowFirstStage(msg, comparison)
             logger.warning("%s (saved because of --force)", msg)
             comparison["forced"] = True
@@ -220,4 +230,5 @@ def distill(
     if out_dir is not None:
         res.reranker.save(out_dir, overwrite=overwrite)
         res.out_dir = str(out_dir)
+    done_with_checkpoints()
     return res

@@ -82,6 +82,8 @@ def test_every_step_on_tiny_models(study, shared_data: Path, tiny_lm_dir: Path, 
     for rc in sel["per_recipe"]:
         assert (work / "students" / rc).is_dir()
     assert not (work / "students" / "_candidate").exists()  # only each recipe's best is kept
+    assert not any((work / "students" / "_checkpoints").glob("*"))  # each grid point's checkpoints removed
+    assert all(r["resumed_from_step"] == 0 and r["train_seconds"] > 0 for r in runs)
     assert steps["probe"]["fit_questions"] == 2 and (work / "probe.json").exists()
     fid = steps["fidelity"]
     assert len(fid["rows"]) == 4 and all(len(r["exact"]) == 20 and len(r["scores"]["moi_attn"]) == 20
