@@ -51,6 +51,7 @@ from typing import Any
 import numpy as np
 
 from ragkit.datasets import load_dataset
+from ragkit.eval import headline as holm_table
 from ragkit.eval.harness import (
     gpu_epilog,
     pre_registered,
@@ -60,7 +61,7 @@ from ragkit.eval.harness import (
     study_main,
     write_result,
 )
-from ragkit.io import read_appended_jsonl
+from ragkit.io import atomic_write_text, read_appended_jsonl
 
 HERE = Path(__file__).resolve().parent
 logger = logging.getLogger(__name__)
@@ -220,6 +221,118 @@ def dev_targets(rows: Sequence[Mapping[str, Any]], candidates: Sequence[str], ma
     return out
 
 
+# ----------------------------------------------------------------------------- the page of tables
+def _f(x: Any, digits: int = 3) -> str:
+    return "-" if x is None or (isinstance(x, float) and not np.isfinite(x)) else f"{x:.{digits}f}"
+
+
+def _ci(v: Any, digits: int = 3, signed: bool = False) -> str:
+    """``mean [lo, hi]`` of a ``[mean, lo, hi]`` list or a bootstrap dict."""
+    if isinstance(v, Mapping):
+        v = [v.get("mean"), v.get("lo"), v.get("hi")]
+    if not v or v[0] is None or (isinstance(v[0], float) and not np.isfinite(v[0])):
+        return "-"
+    fmt = f"{{:+.{digits}f}}" if signed else f"{{:.{digits}f}}"
+    if len(v) < 3 or v[1] is None or (isinstance(v[1], float) and not np.isfinite(v[1])):
+        return fmt.format(v[0])
+    return f"{fmt.format(v[0])} [{fmt.format(v[1])}, {fmt.format(v[2])}]"
+
+
+def _label(method: str) -> str:
+    """``student:<workdir>/students/residual`` -> ``student:residual`` (the page names a student by its recipe)."""
+    if method.startswith("student:"):
+        return "student:" + method.rstrip("/").rsplit("/", 1)[-1]
+    return method
+
+
+def tables(result: Mapping[str, Any]) -> str:
+    """The study's page of tables (markdown), from its JSON alone: one section per finished step."""
+    from ragkit.eval.report import markdown_table
+
+    steps = result.get("steps") or {}
+    plan = result.get("plan") or {}
+    smoke = f"; a SMOKE run: {json.dumps(result['smoke'])}" if result.get("smoke") else ""
+    out = ["# One-pass rerankers: the tables\n",
+           f"Written by `experiments/onepass/run.py` with the JSON beside it (plan `{plan.get('path')}` at commit "
+           f"`{str(plan.get('commit'))[:12]}`{smoke}). Every number below is in the JSON, with its per-question "
+           "rows.\n"]
+    if (lab := steps.get("labels")):
+        c = lab.get("cost_per_question") or {}
+        out += ["## Labels (label-free masked leave-one-out, train questions)\n", markdown_table(
+            ["questions", "seconds / q", "forwards / q", "tokens prefilled / q", "fallback rate", "file"],
+            [[lab.get("questions"), _f(c.get("seconds"), 1), _f(c.get("forwards"), 1),
+              _f(c.get("tokens_prefilled"), 0), _f(lab.get("fallback_rate")),
+              lab.get("committed_as") or lab.get("file")]])]
+    if (st := steps.get("students")):
+        rows = []
+        for r in st.get("runs", []):
+            c = r.get("comparison") or {}
+            stu, fs = c.get("student") or {}, c.get("first_stage") or {}
+            rows.append([r["name"], r["stage"], r["recipe"], r["label_set"], f"{r['lr']:g}", f"{r['epochs']:g}",
+                         _f(stu.get("recall@3")), _f(fs.get("recall@3")), _f(stu.get("mrr@10")),
+                         _f(fs.get("mrr@10")), "yes" if c.get("passed") else "no",
+                         _f(r.get("train_seconds", r.get("seconds")), 0)])
+        sel = st.get("selected") or {}
+        out += [f"## Students ({st.get('train_questions')} training questions, {st.get('selection_questions')} "
+                "selection questions; gate: not below BM25 on recall@3 and MRR@10)\n", markdown_table(
+                    ["run", "stage", "recipe", "labels", "lr", "epochs", "recall@3", "BM25 recall@3", "MRR@10",
+                     "BM25 MRR@10", "eligible", "train s"], rows),
+                f"\nSelected per recipe: {json.dumps(sel.get('per_recipe', {}))}; headline: {sel.get('headline')}; "
+                f"no eligible student: {sel.get('no_eligible_student') or 'none'}.\n"]
+    if (pr := steps.get("probe")):
+        tr, ho = pr.get("train_fidelity") or {}, pr.get("held_out_fidelity") or {}
+        out += ["## The moi_attn probe (fidelity to the masked labels)\n", markdown_table(
+            ["questions", "Spearman", "top-3 agreement"],
+            [[f"{pr.get('fit_questions')} (fitted on)", _f(tr.get("spearman")), _f(tr.get("top3_agreement"))],
+             [f"{ho.get('num_queries')} (held out)", _f(ho.get("spearman")), _f(ho.get("top3_agreement"))]])]
+    if (fd := steps.get("fidelity")):
+        summ, rows = fd.get("summary") or {}, []
+        for m in ("moi_attn", "moi_masked"):
+            if m in summ:
+                costs = [r["cost"][m] for r in fd.get("rows", []) if m in r.get("cost", {})]
+                rows.append([m, _ci(summ[m].get("spearman")), _ci(summ[m].get("top3_agreement")),
+                             summ[m].get("questions"), _f(float(np.mean([c["seconds"] for c in costs])), 1)
+                             if costs else "-"])
+        ex = [r["cost"]["moi"]["seconds"] for r in fd.get("rows", []) if "moi" in r.get("cost", {})]
+        out += [f"## Fidelity to exact leave-one-out ({summ.get('questions')} dev questions)\n",
+                markdown_table(["scores", "Spearman [95%]", "top-3 agreement [95%]", "questions", "seconds / q"],
+                               rows),
+                f"\nExact leave-one-out: {_f(float(np.mean(ex)), 1) if ex else '-'} s per question. Target: "
+                f"moi_attn's mean Spearman >= 0.7: {fd.get('target_spearman_0.7_met')}.\n"]
+    if (dv := steps.get("dev")):
+        agg, rows = dv.get("aggregate") or {}, []
+        for m in dv.get("methods", []):
+            a = agg.get(m) or {}
+            rc = a.get("ranking_cost_per_question") or {}
+            rows.append([_label(m), *[_ci(a.get(k)) for k in ("ndcg@10", "mrr@10", "recall@3", "em", "f1")],
+                         _f(rc.get("seconds"), 2), _f(rc.get("model_passes"), 1), _f(a.get("seconds_per_question"), 2)])
+        out += [f"## Dev ({dv.get('n_questions')} HotpotQA dev questions, BM25 -> 20 -> rerank -> 3)\n",
+                markdown_table(["method", "nDCG@10", "MRR@10", "recall@3", "EM", "F1", "ranking s / q",
+                                "reranker passes / q", "total s / q"], rows),
+                "\nReranker passes: encoder passes for a student (one per question-passage pair, or per text "
+                "embedded), generator forwards for moi_masked and moi_attn.\n"]
+        tg, trows = dv.get("targets") or {}, []
+        for m, t in tg.items():
+            if not isinstance(t, Mapping):
+                continue
+            trows.append([_label(m) + (" (headline)" if m == dv.get("headline") else ""),
+                          _ci(t.get("mrr@10 - none"), signed=True), _ci(t.get("recall@3 - none"), signed=True),
+                          t.get("never_below"), _ci(t.get("gain_kept")), t.get("gain_kept_met"),
+                          _f(t.get("cost_ratio_seconds"), 4), t.get("cost_met")])
+        out += [f"\nTargets (MoI's recall@3 gain over BM25: {_f(tg.get('moi_gain_recall@3'))}):\n",
+                markdown_table(["reranker", "MRR@10 - BM25", "recall@3 - BM25", "never below", "gain kept",
+                                ">= 50%", "cost / MoI's", "<= 1/20"], trows)]
+        hr = (dv.get("holm_table") or {}).get("rows") or []
+        if hr:
+            out += [f"\nAll contrasts, Holm-corrected as one family ({len(hr)} rows, alpha 0.05):\n",
+                    markdown_table(["contrast", "metric", "difference [95%]", "Holm interval", "p (Holm)", "holds"],
+                                   [[" - ".join(_label(x) for x in r["contrast"].split(" - ")), r["metric"],
+                                     _ci([r["mean"], r["lo"], r["hi"]], signed=True),
+                                     _ci([r["mean"], r.get("holm_lo"), r.get("holm_hi")], signed=True),
+                                     _f(r.get("p_holm")), "yes" if r.get("holds") else "no"] for r in hr])]
+    return "\n".join(out)
+
+
 # ----------------------------------------------------------------------------- the steps
 class Study:
     """One run of the plan: settings, the result being extended, and where files go."""
@@ -245,6 +358,7 @@ class Study:
     # ------------------------------------------------------------------ helpers
     def save(self) -> None:
         write_result(self.out, self.result, device=self.args.device)
+        atomic_write_text(self.out.with_suffix(".md"), tables(self.result))  # the page of tables, beside its JSON
 
     def generator(self) -> Any:
         if self._gen is None:
@@ -505,12 +619,17 @@ class Study:
                           show_progress=not self.args.quiet)
         one_pass = [*students, "moi_attn"]
         headline = sel["headline"]
+        # every contrast the page reports, Holm-corrected as one family: each one-pass reranker and
+        # moi_masked against BM25, each one-pass reranker against moi_masked
+        pairs = [(m, "none") for m in ["moi_masked", *one_pass]] + [(m, "moi_masked") for m in one_pass]
         self.result["steps"]["dev"] = {
             "config": "plan.json: dev.config", "methods": methods,
             "headline": f"student:{self.work / 'students' / headline}" if headline else None,
             "eval_report": rel(eval_out), "n_questions": report["n_questions"],
             "aggregate": report["aggregate"], "paired": report["paired"],
             "targets": dev_targets(report["outputs"], one_pass, seed=cfg["seed"], n_boot=cfg["bootstrap"]),
+            "holm_table": holm_table(report["outputs"], cfg["dataset"], [], pairs=pairs, k=cfg["k"],
+                                     n_bootstrap=cfg["bootstrap"], seed=cfg["seed"]),
         }
         self.save()
 

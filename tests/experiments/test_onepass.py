@@ -108,3 +108,7 @@ def test_every_step_on_tiny_models(study, shared_data: Path, tiny_lm_dir: Path, 
         assert study.main(["--step", "probe", *base]) == 0
     assert cost.forward_passes == 0 and (work / "probe.json").read_bytes() == before
     assert json.loads(out.read_text())["steps"]["probe"] == steps["probe"]
+    page = out.with_suffix(".md").read_text()  # the page of tables, written with the JSON
+    for section in ("## Labels", "## Students", "## The moi_attn probe", "## Fidelity", "## Dev", "Holm-corrected"):
+        assert section in page, section
+    assert all(r["name"] in page for r in runs)
