@@ -71,7 +71,8 @@ def _add_train_args(p: argparse.ArgumentParser, required: bool) -> None:
                         "AVX512-BF16 or AMX, slower on other CPUs")
     p.add_argument("--checkpoint-dir", default=None,
                    help="make training resumable: checkpoints go here (every 20 steps) and the same command "
-                        "started again continues from the latest; removed when training ends (default: none)")
+                        "started again continues from the latest; removed once the student is saved or refused "
+                        "(default: none)")
     add_output_args(p, folder=True, required=required, out_help="folder for the trained student (written atomically)")
 
 

@@ -409,7 +409,7 @@ def load_loop_checkpoint(checkpoint: str | os.PathLike[str], model: Any, optimiz
     optimizer.load_state_dict(torch.load(d / "optimizer.pt", weights_only=True, map_location="cpu"))
     rng = load_file(str(d / "rng_state.safetensors"))
     torch.set_rng_state(rng["cpu"])
-    cuda = [rng[k] for k in sorted(rng, key=lambda k: int(k[4:]) if k.startswith("cuda") else -1) if k != "cpu"]
+    cuda = [rng[f"cuda{i}"] for i in range(len(rng) - 1)]  # saved as cpu, cuda0, cuda1, ...
     if cuda and torch.cuda.is_available() and len(cuda) == torch.cuda.device_count():
         torch.cuda.set_rng_state_all(cuda)
     return dict(json.loads((d / "trainer_state.json").read_text(encoding="utf-8")).get("state") or {})

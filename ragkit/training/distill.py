@@ -109,23 +109,26 @@ class _Run:
             shutil.rmtree(self.output_dir, ignore_errors=True)
 
 
+def resumable_run(checkpoint_dir: str | os.PathLike[str], settings: Mapping[str, Any]) -> _Run:
+    """A student run folder of kind ``student-run`` that resumes from its latest checkpoint (refusing
+    one of other settings); the caller removes it with :meth:`_Run.finish` after saving the student,
+    so a kill in between loses nothing."""
+    from ragkit.training.checkpoint import read_progress, start_or_resume
+
+    state = start_or_resume(checkpoint_dir, "student-run", settings)
+    return _Run(str(state.run_dir), state.checkpoint, read_progress(state.checkpoint), True, state.step)
+
+
 @contextmanager
 def student_run(checkpoint_dir: str | os.PathLike[str] | None, settings: Mapping[str, Any],
                 prefix: str) -> Iterator[_Run]:
-    """The output folder of a ``transformers.Trainer`` student run.
-
-    ``None``: a temporary folder, no checkpoints. A path: a run folder of kind ``student-run``
-    that resumes from its latest checkpoint (refusing one of other settings); the caller removes
-    it with :meth:`_Run.finish` after saving the student, so a kill in between loses nothing.
-    """
-    from ragkit.training.checkpoint import read_progress, start_or_resume
-
+    """The output folder of a ``transformers.Trainer`` student run: a temporary folder without
+    checkpoints (``None``), else :func:`resumable_run`'s."""
     if checkpoint_dir is None:
         with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
             yield _Run(tmp, None, {}, False)
         return
-    state = start_or_resume(checkpoint_dir, "student-run", settings)
-    yield _Run(str(state.run_dir), state.checkpoint, read_progress(state.checkpoint), True, state.step)
+    yield resumable_run(checkpoint_dir, settings)
 
 
 def label_targets(u: Sequence[float], temperature: float = 1.0) -> list[float]:
@@ -464,11 +467,9 @@ def train_residual_student(
                                 batch_size=batch_size, lr=lr, seed=seed, max_length=max_length,
                                 temperature=temperature, warmup_ratio=warmup_ratio, weight_decay=weight_decay,
                                 prior=prior, prior_weight=prior_weight, bf16=bf16)
-    resume = None
-    if checkpoint_dir is not None:
-        from ragkit.training.checkpoint import load_loop_checkpoint, save_loop_checkpoint, start_or_resume
+    from ragkit.training.checkpoint import load_loop_checkpoint, save_loop_checkpoint
 
-        resume = start_or_resume(checkpoint_dir, "student-run", settings)
+    run = resumable_run(checkpoint_dir, settings) if checkpoint_dir is not None else None
     student = ResidualReranker.from_base(base_model, device=dev, max_length=max_length, seed=seed,
                                          prior=prior, prior_weight=prior_weight)
     ce = student.model
@@ -509,9 +510,9 @@ def train_residual_student(
     history: list[float] = []
     order: list[int] = []
     start, before = 0, 0.0
-    if resume is not None and resume.checkpoint is not None:
-        state = load_loop_checkpoint(resume.checkpoint, hf, opt)
-        start, before, initial = resume.step, float(state["seconds"]), state["initial_loss"]
+    if run is not None and run.checkpoint is not None:
+        state = load_loop_checkpoint(run.checkpoint, hf, opt)
+        start, before, initial = run.step, float(state["seconds"]), state["initial_loss"]
         history, order = [float(x) for x in state["history"]], [int(i) for i in state["order"]]
         rng.bit_generator.state = state["rng"]
         sched = get_linear_schedule_with_warmup(opt, warmup, total_steps, last_epoch=start - 1)
@@ -533,8 +534,8 @@ def train_residual_student(
         opt.step()
         sched.step()
         history.append(float(value.detach()))
-        if resume is not None and (step + 1) % checkpoint_every == 0 and step + 1 < total_steps:
-            save_loop_checkpoint(resume.run_dir, step + 1, hf, opt, settings=settings, state={
+        if run is not None and (step + 1) % checkpoint_every == 0 and step + 1 < total_steps:
+            save_loop_checkpoint(run.output_dir, step + 1, hf, opt, settings=settings, state={
                 "order": order, "rng": rng.bit_generator.state, "history": history, "initial_loss": initial,
                 "seconds": before + time.perf_counter() - t0})
     hf.eval()
@@ -550,8 +551,8 @@ def train_residual_student(
     })
     if out_dir is not None:
         student.save(out_dir, overwrite=overwrite)
-    if resume is not None and out_dir is not None:  # trained and saved: its checkpoints are done with
-        shutil.rmtree(resume.run_dir, ignore_errors=True)
+    if run is not None:
+        run.finish(saved=out_dir is not None)
     logger.info("trained residual student on %d queries in %.1f s (loss %s -> %s)", len(labs), seconds,
                 initial, final)
     return StudentTrainResult(reranker=student, out_dir=None if out_dir is None else str(out_dir),
