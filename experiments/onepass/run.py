@@ -222,14 +222,9 @@ def dev_targets(rows: Sequence[Mapping[str, Any]], candidates: Sequence[str], ma
 
 
 # ----------------------------------------------------------------------------- the page of tables
-def _f(x: Any, digits: int = 3) -> str:
-    return "-" if x is None or (isinstance(x, float) and not np.isfinite(x)) else f"{x:.{digits}f}"
-
-
 def _ci(v: Any, digits: int = 3, signed: bool = False) -> str:
-    """``mean [lo, hi]`` of a ``[mean, lo, hi]`` list or a bootstrap dict."""
-    if isinstance(v, Mapping):
-        v = [v.get("mean"), v.get("lo"), v.get("hi")]
+    """``mean [lo, hi]`` of a ``[mean, lo, hi]`` list (paired intervals; bootstrap dicts and numbers go
+    through :func:`ragkit.eval.report.format_ci`)."""
     if not v or v[0] is None or (isinstance(v[0], float) and not np.isfinite(v[0])):
         return "-"
     fmt = f"{{:+.{digits}f}}" if signed else f"{{:.{digits}f}}"
@@ -247,7 +242,7 @@ def _label(method: str) -> str:
 
 def tables(result: Mapping[str, Any]) -> str:
     """The study's page of tables (markdown), from its JSON alone: one section per finished step."""
-    from ragkit.eval.report import markdown_table
+    from ragkit.eval.report import format_ci, markdown_table
 
     steps = result.get("steps") or {}
     plan = result.get("plan") or {}
@@ -260,8 +255,8 @@ def tables(result: Mapping[str, Any]) -> str:
         c = lab.get("cost_per_question") or {}
         out += ["## Labels (label-free masked leave-one-out, train questions)\n", markdown_table(
             ["questions", "seconds / q", "forwards / q", "tokens prefilled / q", "fallback rate", "file"],
-            [[lab.get("questions"), _f(c.get("seconds"), 1), _f(c.get("forwards"), 1),
-              _f(c.get("tokens_prefilled"), 0), _f(lab.get("fallback_rate")),
+            [[lab.get("questions"), format_ci(c.get("seconds"), 1), format_ci(c.get("forwards"), 1),
+              format_ci(c.get("tokens_prefilled"), 0), format_ci(lab.get("fallback_rate")),
               lab.get("committed_as") or lab.get("file")]])]
     if (st := steps.get("students")):
         rows = []
@@ -269,9 +264,9 @@ def tables(result: Mapping[str, Any]) -> str:
             c = r.get("comparison") or {}
             stu, fs = c.get("student") or {}, c.get("first_stage") or {}
             rows.append([r["name"], r["stage"], r["recipe"], r["label_set"], f"{r['lr']:g}", f"{r['epochs']:g}",
-                         _f(stu.get("recall@3")), _f(fs.get("recall@3")), _f(stu.get("mrr@10")),
-                         _f(fs.get("mrr@10")), "yes" if c.get("passed") else "no",
-                         _f(r.get("train_seconds", r.get("seconds")), 0)])
+                         format_ci(stu.get("recall@3")), format_ci(fs.get("recall@3")),
+                         format_ci(stu.get("mrr@10")), format_ci(fs.get("mrr@10")), "yes" if c.get("passed") else "no",
+                         format_ci(r.get("train_seconds", r.get("seconds")), 0)])
         sel = st.get("selected") or {}
         out += [f"## Students ({st.get('train_questions')} training questions, {st.get('selection_questions')} "
                 "selection questions; gate: not below BM25 on recall@3 and MRR@10)\n", markdown_table(
@@ -283,29 +278,32 @@ def tables(result: Mapping[str, Any]) -> str:
         tr, ho = pr.get("train_fidelity") or {}, pr.get("held_out_fidelity") or {}
         out += ["## The moi_attn probe (fidelity to the masked labels)\n", markdown_table(
             ["questions", "Spearman", "top-3 agreement"],
-            [[f"{pr.get('fit_questions')} (fitted on)", _f(tr.get("spearman")), _f(tr.get("top3_agreement"))],
-             [f"{ho.get('num_queries')} (held out)", _f(ho.get("spearman")), _f(ho.get("top3_agreement"))]])]
+            [[f"{pr.get('fit_questions')} (fitted on)", format_ci(tr.get("spearman")),
+              format_ci(tr.get("top3_agreement"))],
+             [f"{ho.get('num_queries')} (held out)", format_ci(ho.get("spearman")),
+              format_ci(ho.get("top3_agreement"))]])]
     if (fd := steps.get("fidelity")):
         summ, rows = fd.get("summary") or {}, []
         for m in ("moi_attn", "moi_masked"):
             if m in summ:
                 costs = [r["cost"][m] for r in fd.get("rows", []) if m in r.get("cost", {})]
-                rows.append([m, _ci(summ[m].get("spearman")), _ci(summ[m].get("top3_agreement")),
-                             summ[m].get("questions"), _f(float(np.mean([c["seconds"] for c in costs])), 1)
+                rows.append([m, format_ci(summ[m].get("spearman")), format_ci(summ[m].get("top3_agreement")),
+                             summ[m].get("questions"), format_ci(float(np.mean([c["seconds"] for c in costs])), 1)
                              if costs else "-"])
         ex = [r["cost"]["moi"]["seconds"] for r in fd.get("rows", []) if "moi" in r.get("cost", {})]
         out += [f"## Fidelity to exact leave-one-out ({summ.get('questions')} dev questions)\n",
                 markdown_table(["scores", "Spearman [95%]", "top-3 agreement [95%]", "questions", "seconds / q"],
                                rows),
-                f"\nExact leave-one-out: {_f(float(np.mean(ex)), 1) if ex else '-'} s per question. Target: "
+                f"\nExact leave-one-out: {format_ci(float(np.mean(ex)), 1) if ex else '-'} s per question. Target: "
                 f"moi_attn's mean Spearman >= 0.7: {fd.get('target_spearman_0.7_met')}.\n"]
     if (dv := steps.get("dev")):
         agg, rows = dv.get("aggregate") or {}, []
         for m in dv.get("methods", []):
             a = agg.get(m) or {}
             rc = a.get("ranking_cost_per_question") or {}
-            rows.append([_label(m), *[_ci(a.get(k)) for k in ("ndcg@10", "mrr@10", "recall@3", "em", "f1")],
-                         _f(rc.get("seconds"), 2), _f(rc.get("model_passes"), 1), _f(a.get("seconds_per_question"), 2)])
+            rows.append([_label(m), *[format_ci(a.get(k)) for k in ("ndcg@10", "mrr@10", "recall@3", "em", "f1")],
+                         format_ci(rc.get("seconds"), 2), format_ci(rc.get("model_passes"), 1),
+                         format_ci(a.get("seconds_per_question"), 2)])
         out += [f"## Dev ({dv.get('n_questions')} HotpotQA dev questions, BM25 -> 20 -> rerank -> 3)\n",
                 markdown_table(["method", "nDCG@10", "MRR@10", "recall@3", "EM", "F1", "ranking s / q",
                                 "reranker passes / q", "total s / q"], rows),
@@ -318,8 +316,8 @@ def tables(result: Mapping[str, Any]) -> str:
             trows.append([_label(m) + (" (headline)" if m == dv.get("headline") else ""),
                           _ci(t.get("mrr@10 - none"), signed=True), _ci(t.get("recall@3 - none"), signed=True),
                           t.get("never_below"), _ci(t.get("gain_kept")), t.get("gain_kept_met"),
-                          _f(t.get("cost_ratio_seconds"), 4), t.get("cost_met")])
-        out += [f"\nTargets (MoI's recall@3 gain over BM25: {_f(tg.get('moi_gain_recall@3'))}):\n",
+                          format_ci(t.get("cost_ratio_seconds"), 4), t.get("cost_met")])
+        out += [f"\nTargets (MoI's recall@3 gain over BM25: {format_ci(tg.get('moi_gain_recall@3'))}):\n",
                 markdown_table(["reranker", "MRR@10 - BM25", "recall@3 - BM25", "never below", "gain kept",
                                 ">= 50%", "cost / MoI's", "<= 1/20"], trows)]
         hr = (dv.get("holm_table") or {}).get("rows") or []
@@ -329,7 +327,7 @@ def tables(result: Mapping[str, Any]) -> str:
                                    [[" - ".join(_label(x) for x in r["contrast"].split(" - ")), r["metric"],
                                      _ci([r["mean"], r["lo"], r["hi"]], signed=True),
                                      _ci([r["mean"], r.get("holm_lo"), r.get("holm_hi")], signed=True),
-                                     _f(r.get("p_holm")), "yes" if r.get("holds") else "no"] for r in hr])]
+                                     format_ci(r.get("p_holm")), "yes" if r.get("holds") else "no"] for r in hr])]
     return "\n".join(out)
 
 
