@@ -393,6 +393,17 @@ class Study:
             return read_labels(committed)
         return read_labels(path)
 
+    def probe_file(self) -> Path | None:
+        """The fitted probe: the work folder's, else the copy committed under ``ragkit/data/probes`` (the
+        step's ``install`` target), so a new machine with an empty work folder neither refits it for hours
+        nor loses it. ``None`` before the probe step has run."""
+        path = self.work / "probe.json"
+        if path.exists():
+            return path
+        rec = self.result["steps"].get("probe") or {}
+        committed = HERE.parents[1] / rec["install"].split()[-1] if rec.get("install") else None
+        return committed if committed is not None and committed.exists() else None
+
     def passage_labels(self) -> list[Any]:
         from ragkit.training.labels import read_labels
 
@@ -447,18 +458,22 @@ class Study:
         recipes = self.plan["students"]["recipes"]
         first_set = self.plan["students"]["stages"]["recipe"]["label_set"]
 
+        cand = sdir / "_candidate"
+
+        def fit(recipe: str, set_name: str, pt: Mapping[str, float], name: str) -> Any:
+            return distill(sets[set_name], cand, recipe, holdout=0.0, held_out=held, relevance="gold",
+                           force=True, seed=int(self.plan["protocol"]["seed"]), overwrite=True,
+                           base_model=self.args.base_model or self.plan["students"]["base_model"],
+                           lr=pt["lr"], epochs=pt["epochs"], device=self.args.device, show_progress=False,
+                           bf16=bool(self.plan["students"].get("bf16", False)),
+                           checkpoint_dir=sdir / "_checkpoints" / name)  # a killed grid point resumes mid-training
+
         def train(recipe: str, set_name: str, pt: Mapping[str, float], stage: int) -> None:
             name = f"{recipe}-{set_name}-lr{pt['lr']:g}-ep{pt['epochs']:g}"
             if name in done or not sets[set_name]:
                 return
-            cand = sdir / "_candidate"
             t0 = time.perf_counter()
-            res = distill(sets[set_name], cand, recipe, holdout=0.0, held_out=held, relevance="gold",
-                          force=True, seed=int(self.plan["protocol"]["seed"]), overwrite=True,
-                          base_model=self.args.base_model or self.plan["students"]["base_model"],
-                          lr=pt["lr"], epochs=pt["epochs"], device=self.args.device, show_progress=False,
-                          bf16=bool(self.plan["students"].get("bf16", False)),
-                          checkpoint_dir=sdir / "_checkpoints" / name)  # a killed grid point resumes mid-training
+            res = fit(recipe, set_name, pt, name)
             comp = res.reranker.metadata["comparison"]
             run = {"name": name, "recipe": recipe, "label_set": set_name, "stage": stage,
                    "lr": float(pt["lr"]), "epochs": float(pt["epochs"]),
@@ -493,6 +508,23 @@ class Study:
                 if set_name != first_set:
                     train(lead["recipe"], set_name, lead, 2)
         step["selected"] = select_students(step["runs"], recipes)
+        # a selected student whose folder is gone (a new machine: the work folder is not committed) is
+        # trained again from its recorded settings and seed; the refit's selection scores are recorded
+        # beside the original's, so a reader sees whether the dev row evaluates the same student
+        for rc, name in step["selected"]["per_recipe"].items():
+            if (sdir / rc).is_dir():
+                continue
+            r = next(r for r in step["runs"] if r["name"] == name)
+            t0 = time.perf_counter()
+            comp = fit(r["recipe"], r["label_set"], r, name).reranker.metadata["comparison"]
+            was = r["comparison"]["student"]
+            diff = max(abs(float(comp["student"][m]) - float(was[m])) for m in was)
+            step.setdefault("refits", []).append(
+                {"name": name, "seconds": round(time.perf_counter() - t0, 1), "student": comp["student"],
+                 "max_abs_difference": diff, "identical": diff == 0.0})
+            (sdir / rc).parent.mkdir(parents=True, exist_ok=True)
+            cand.rename(sdir / rc)
+            self.save()
         step["folders"] = {rc: rel(sdir / rc) for rc in step["selected"]["per_recipe"]}
         self.save()
 
@@ -512,8 +544,8 @@ class Study:
         ho = [lab for lab in masked if lab.qid in set(sel)]
         pc = self.plan["probe"]
         path = self.work / "probe.json"
-        if "probe" in self.result["steps"] and path.exists():  # fitted: a restart must not refit for hours
-            logger.info("probe: fitted already (%s); delete it to fit again", path)
+        if "probe" in self.result["steps"] and self.probe_file() is not None:  # a restart must not refit for hours
+            logger.info("probe: fitted already (%s); delete it to fit again", self.probe_file())
             return
         gen = self.generator()
         # each question's features are kept as computed (hours of CPU): a restart reads them back
@@ -552,7 +584,9 @@ class Study:
         step = self.result["steps"].setdefault("fidelity", {"rows": []})
         done = {r["qid"] for r in step["rows"]}
         gen = self.generator()
-        probe = self.work / "probe.json"
+        probe = self.probe_file()
+        if probe is None:
+            raise SystemExit("no fitted probe: run --step probe first")
         rerankers = {"moi": get_reranker("moi", gen, blend=0), "moi_masked": get_reranker("moi_masked", gen, blend=0),
                      "moi_attn": get_reranker("moi_attn", gen, probe=str(probe))}
         for rec in recs:
@@ -591,9 +625,9 @@ class Study:
         sel = (self.result["steps"].get("students") or {}).get("selected")
         if sel is None:
             raise SystemExit("no students selected yet: run --step students first")
-        probe = self.work / "probe.json"
-        if not probe.exists():
-            raise SystemExit(f"no probe at {probe}: run --step probe first")
+        probe = self.probe_file()
+        if probe is None:
+            raise SystemExit("no fitted probe: run --step probe first")
         students = [f"student:{self.work / 'students' / rc}" for rc in sel["per_recipe"]]
         for s in students:
             if not Path(s.partition(":")[2]).is_dir():

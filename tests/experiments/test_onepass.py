@@ -108,6 +108,18 @@ def test_every_step_on_tiny_models(study, shared_data: Path, tiny_lm_dir: Path, 
         assert study.main(["--step", "probe", *base]) == 0
     assert cost.forward_passes == 0 and (work / "probe.json").read_bytes() == before
     assert json.loads(out.read_text())["steps"]["probe"] == steps["probe"]
+    # a new machine: the work folder's students are gone; the step trains the selected ones again from
+    # their recorded settings and seed, and records that the refit scores the same
+    import shutil
+
+    for rc in sel["per_recipe"]:
+        shutil.rmtree(work / "students" / rc)
+    assert study.main(["--step", "students", *base]) == 0
+    again = json.loads(out.read_text())["steps"]["students"]
+    assert again["runs"] == runs and again["selected"] == sel
+    assert [r["name"] for r in again["refits"]] == list(sel["per_recipe"].values())
+    assert all(r["identical"] for r in again["refits"]), again["refits"]
+    assert all((work / "students" / rc).is_dir() for rc in sel["per_recipe"])
     page = out.with_suffix(".md").read_text()  # the page of tables, written with the JSON
     for section in ("## Labels", "## Students", "## The moi_attn probe", "## Fidelity", "## Dev", "Holm-corrected"):
         assert section in page, section
