@@ -15,6 +15,10 @@ from their last checkpoint, sweeps from their partial files, finished stages fro
 5. the headline contrasts with two-level (seed, question) bootstrap intervals, Holm-adjusted
    p-values and Bonferroni-widened intervals, and the decision rule's verdict.
 
+The stages are what is computed, not the order of the work: each trained model is swept (selection,
+then evaluation) right after its training, so a work folder lost between sessions costs at most the
+model in training. ``BEST_CORD`` still reads the selection sweeps alone.
+
     python3 experiments/cord/confirm.py --model "$(bash $RAGKIT_DATA/../tools/get_qwen05.sh)" \\
         --workdir /work/runs/cord-confirm --out experiments/cord/results/confirm-qwen-cpu.json
 
@@ -195,8 +199,24 @@ def run(config: Mapping[str, Any]) -> int:
 
     trained_arms = [x for x in plan["arms"] if x != "base"]
     cord_arms = [x for x in trained_arms if plan["arms"][x]["loss"] == "cord"]
+    evaluate = a.stage in ("evaluate", "report")
+
+    def evaluate_model(arm: str, seed: int) -> None:
+        sweep(arm, seed, "evaluation", 10, 5)
+        if arm in ("base", "shuffle", result.get("best_cord")):
+            sweep(arm, seed, "evaluation", 20, 0)
+
+    # each trained model's sweeps run right after its training, so that a machine whose work folder is
+    # lost between sessions retrains nothing whose sweeps are done; the evaluation sweeps of seed 0 may
+    # therefore come before BEST_CORD is named, which reads the selection sweeps only
+    # (a sweep trains its model when the model is missing; a recorded sweep needs no model)
     for arm in trained_arms:
-        trained(arm, 0)
+        if a.stage != "train" and arm in cord_arms:
+            sweep(arm, 0, "selection", 10, 0)
+        if evaluate:
+            evaluate_model(arm, 0)
+        else:  # a run stopped before the evaluation still trains every arm
+            trained(arm, 0)
     if a.stage == "train":
         return 0
     spreads = {arm: float(np.mean([v["spread"] for v in sweep(arm, 0, "selection", 10, 0)
@@ -209,15 +229,15 @@ def run(config: Mapping[str, Any]) -> int:
     second = plan["seeds"]["second_round"]
     for arm in ("shuffle", result["best_cord"]):
         for seed in second["seeds"]:
-            trained(arm, seed)
+            if evaluate:
+                evaluate_model(arm, seed)
+            else:
+                trained(arm, seed)
     if a.stage == "seeds":
         return 0
     for arm in ["base", *trained_arms]:
-        seeds = [0] + (second["seeds"] if arm in ("shuffle", result["best_cord"]) else [])
-        for seed in seeds:
-            sweep(arm, seed, "evaluation", 10, 5)
-            if arm in ("base", "shuffle", result["best_cord"]):
-                sweep(arm, seed, "evaluation", 20, 0)
+        for seed in [0] + (second["seeds"] if arm in ("shuffle", result["best_cord"]) else []):
+            evaluate_model(arm, seed)  # BEST_CORD's k = 20 at seed 0, base's sweeps; the rest are recorded
     for v in result["arms"].values():
         seeds = sorted(int(s) for s, r in v["per_seed"].items() if "evaluation-k10" in r.get("sweeps", {}))
         v["seeds"] = seeds

@@ -3,8 +3,9 @@
 The plan (``experiments/psgrpo/plan.json``, committed before any of its results) fixes the
 paraphrases, the arms, the seeds, the training and evaluation rows, the metrics, the headline
 contrasts and the decision rule for ``PSGRPOConfig``'s consistency weight. This script carries it
-out, resumable at every stage (the paraphrases are made once and stored in the work folder,
-trainings resume from their last checkpoint, finished arms and seeds are read back from ``--out``):
+out, resumable at every stage (the paraphrases are made once and stored in the work folder and in
+``--out``, which a new machine reads them back from; trainings resume from their last checkpoint,
+finished arms and seeds are read back from ``--out``):
 
 1. paraphrases: the strong ones, written by the base generator through
    ``ragkit.paraphrase.LLMParaphraser`` and screened by ``RewriteFilter`` (token Jaccard with the
@@ -235,6 +236,11 @@ def run(config: Mapping[str, Any]) -> int:
     rewrite_tokens = min(48, a.max_new_tokens or 48)
     made_with = {"model": rel(base), "seed": 0, "tries": 3, "max_jaccard": 0.8, "max_new_tokens": rewrite_tokens}
     stored: dict[str, Any] = json.loads(para_file.read_text()) if para_file.exists() else {"made_with": made_with}
+    if not para_file.exists() and result.get("paraphrases"):
+        # a new machine: the sets already made are in --out (same model and settings, checked above), and
+        # sampling them again would cost an hour and could word them differently from the trained arms'
+        stored.update({name: v["sets"] for name, v in result["paraphrases"].items()})
+        write_json(para_file, stored)
     if stored.get("made_with") != made_with:
         raise SystemExit(f"{para_file} was made with other settings ({stored.get('made_with')}, not {made_with}); "
                          "pass another --workdir")

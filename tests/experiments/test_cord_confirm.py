@@ -61,3 +61,41 @@ def test_plan_carried_out_on_a_tiny_model(study: ModuleType, tiny_lm_dir: Path, 
     calls: list = []
     monkeypatch.setattr("ragkit.training.cord.train_cord", lambda *a, **k: calls.append(a))
     assert study.main([*args, "--allow-uncommitted-plan"]) == 0 and calls == []
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("shared_data")
+def test_a_lost_work_folder_retrains_no_swept_model(study: ModuleType, tiny_lm_dir: Path, tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each model is swept right after its training: a run stopped during the second training, whose work
+    folder is then lost (a new machine), trains the first arm again only if a sweep of it is missing."""
+    import shutil
+
+    import ragkit.training.cord as cord
+
+    monkeypatch.setenv("RAGKIT_NO_PROGRESS", "1")
+    plan, out, work = _small_plan(tmp_path), tmp_path / "confirm.json", tmp_path / "w"
+    args = ["--plan", str(plan), "--out", str(out), "--model", str(tiny_lm_dir), "--workdir", str(work),
+            "--max-questions", "2", "--max-steps", "1", "--passage-max-tokens", "8", "--n-boot", "50",
+            "--allow-uncommitted-plan"]
+    real, seen = cord.train_cord, []
+
+    class Stop(Exception):
+        pass
+
+    def stop_at_second(examples, config):
+        seen.append((config.loss, config.alpha, config.seed))
+        if len(seen) == 2:
+            raise Stop
+        return real(examples, config)
+
+    monkeypatch.setattr(cord, "train_cord", stop_at_second)
+    with pytest.raises(Stop):
+        study.main(args)
+    first = json.loads(out.read_text())["arms"]["shuffle"]["per_seed"]["0"]
+    assert {"evaluation-k10", "evaluation-k20"} <= set(first["sweeps"])  # swept before the next arm trains
+    shutil.rmtree(work)
+    seen.clear()
+    monkeypatch.setattr(cord, "train_cord", lambda examples, config: seen.append(config.loss) or real(examples, config))
+    assert study.main(args) == 0
+    assert seen.count("shuffle") == 1  # seed 1 only

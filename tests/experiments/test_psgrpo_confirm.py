@@ -106,6 +106,16 @@ def test_plan_carried_out_on_a_tiny_model_then_resumed(study: ModuleType, tiny_l
                         lambda *a, **k: calls.append("paraphrase"))
     assert study.main([*args, "--allow-uncommitted-plan"]) == 0 and calls == []
     assert json.loads(out.read_text())["arms"] == arms
+    # a new machine, its work folder gone: the paraphrases are read back from --out, not sampled again
+    (tmp_path / "w" / "paraphrases.json").unlink()
+    assert study.main([*args, "--allow-uncommitted-plan"]) == 0 and calls == []
+    assert json.loads(out.read_text())["paraphrases"] == r["paraphrases"]
+    again = json.loads((tmp_path / "w" / "paraphrases.json").read_text())  # and stored again for the next run
+
+    def by_id(d: dict) -> dict:
+        return {k: v if k == "made_with" else {r["set_id"]: r for r in v} for k, v in d.items()}
+
+    assert by_id(again) == by_id(stored)
     # other settings into the same JSON or work folder are refused, not mixed in
     with pytest.raises(SystemExit, match="other settings"):
         study.main([*args, "--max-new-tokens", "4", "--allow-uncommitted-plan"])
