@@ -521,8 +521,7 @@ class Study:
             diff = max(abs(float(comp["student"][m]) - float(was[m])) for m in was)
             step.setdefault("refits", []).append(
                 {"name": name, "seconds": round(time.perf_counter() - t0, 1), "student": comp["student"],
-                 "max_abs_difference": diff, "identical": diff == 0.0})
-            (sdir / rc).parent.mkdir(parents=True, exist_ok=True)
+                 "max_abs_difference": diff})
             cand.rename(sdir / rc)
             self.save()
         step["folders"] = {rc: rel(sdir / rc) for rc in step["selected"]["per_recipe"]}
@@ -544,8 +543,9 @@ class Study:
         ho = [lab for lab in masked if lab.qid in set(sel)]
         pc = self.plan["probe"]
         path = self.work / "probe.json"
-        if "probe" in self.result["steps"] and self.probe_file() is not None:  # a restart must not refit for hours
-            logger.info("probe: fitted already (%s); delete it to fit again", self.probe_file())
+        fitted = self.probe_file()
+        if "probe" in self.result["steps"] and fitted is not None:  # a restart must not refit for hours
+            logger.info("probe: fitted already (%s); delete it to fit again", fitted)
             return
         gen = self.generator()
         # each question's features are kept as computed (hours of CPU): a restart reads them back
