@@ -179,7 +179,7 @@ def register(subparsers: Any) -> None:
         "rerank", help="rerank passages with Mixture-of-Intervention, a distilled student or a cross-encoder",
         description="Rerank the passages of one query. --reranker: moi (default: leave-one-out, question "
                     "likelihood), moi_cyclic, moi_prior, moi_confidence, ..., student:DIR (ragkit distill), "
-                    "cross-encoder:NAME, none, random.")
+                    "cross-encoder:NAME, bi-encoder:NAME (a stock embedder's cosine), none, random.")
     p.add_argument("--query", required=True)
     p.add_argument("--passages", required=True, help='JSONL: {"id", "text", "title"?, "score"?} per line')
     p.add_argument("--reranker", default=None,

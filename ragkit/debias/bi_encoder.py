@@ -74,6 +74,15 @@ class BiEncoderReranker(Reranker):
         model = SentenceTransformer(str(p), device=resolve_device(device), local_files_only=True)
         return cls(model, meta.get("metadata", {}), batch_size=batch_size)
 
+    @classmethod
+    def from_pretrained(cls, name: str, *, device: str = "auto", batch_size: int = 64) -> BiEncoderReranker:
+        """A stock sentence-transformers embedder as a reranker (``bi-encoder:NAME``): a folder, a hub id, or
+        ``all-MiniLM-L6-v2`` (the embedded default, offline). Untrained, it is the reference a bi-encoder
+        student must beat: the student's gain over it is what the MoI labels taught, not the embedder."""
+        from ragkit.models import load_embedder
+
+        return cls(load_embedder(name, device=device), {"base_model": name, "trained": False}, batch_size=batch_size)
+
     def scores(self, questions: list[str], passages: list[list[Passage]]) -> list[np.ndarray]:
         """Cosine scores of each question's candidates (one encode call for questions, one for passages)."""
         enc: dict[str, Any] = dict(normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False,

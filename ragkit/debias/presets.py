@@ -34,6 +34,9 @@ spec                      reranker
                           (AT2, arXiv 2504.13752; ICR); option ``probe`` (default: the committed probe)
 ``student:PATH``          :class:`~ragkit.debias.student.DistilledReranker` saved by ``ragkit distill``
 ``cross-encoder:NAME``    :class:`~ragkit.debias.cross_encoder.CrossEncoderReranker` (folder or hub id)
+``bi-encoder:NAME``       :class:`~ragkit.debias.bi_encoder.BiEncoderReranker` over a stock sentence-transformers
+                          embedder (folder or hub id; ``all-MiniLM-L6-v2`` is the embedded default): cosine
+                          of question and passage, what a bi-encoder student starts from
 ``llm:MODEL``             :class:`~ragkit.debias.llm_reranker.LLMReranker`: a causal LM's yes/no
                           relevance logit through its chat template (folder or hub id)
 ========================  ==========================================================================
@@ -54,6 +57,7 @@ name                      what it does
 ``moi_attn``              the attention probe's ranking, ranking order, one answer
 ``student:PATH``          the distilled student's ranking, ranking order, one answer
 ``cross-encoder:NAME``    a cross-encoder's ranking, ranking order, one answer
+``bi-encoder:NAME``       an embedder's cosine ranking, ranking order, one answer
 ``llm:MODEL``             an LLM's yes/no relevance ranking, ranking order, one answer
 ========================  ==========================================================================
 
@@ -118,8 +122,8 @@ _LM_RERANKERS: dict[str, tuple[str, str, tuple[str, ...]]] = {
 }
 RERANKER_NAMES: tuple[str, ...] = ("none", "random", *_MOI_RERANKERS, *_LM_RERANKERS)
 """Fixed reranker specs; ``student:PATH`` and ``cross-encoder:NAME`` take an argument."""
-_PATTERNS = ("student:PATH", "cross-encoder:NAME", "llm:MODEL")
-_ARG_KINDS = ("student", "cross-encoder", "llm")
+_PATTERNS = ("student:PATH", "cross-encoder:NAME", "bi-encoder:NAME", "llm:MODEL")
+_ARG_KINDS = ("student", "cross-encoder", "bi-encoder", "llm")
 _ENCODER_KW = ("device", "batch_size", "max_length", "long_docs", "backend")
 
 
@@ -224,8 +228,8 @@ def get_reranker(spec: str | Reranker, generator: GeneratorLike | None = None, *
     ----------
     spec
         ``"none"``, ``"random"``, ``"moi"`` (leave-one-out, ``question`` outcome), ``"moi_cyclic"``,
-        ``"moi_prior"``, any other ``moi_*`` name of the module table, ``"student:PATH"`` or
-        ``"cross-encoder:NAME"``.
+        ``"moi_prior"``, any other ``moi_*`` name of the module table, ``"student:PATH"``,
+        ``"cross-encoder:NAME"``, ``"bi-encoder:NAME"`` or ``"llm:MODEL"``.
     generator
         The generator MoI rerankers run on (ignored by the others).
     **kwargs
@@ -277,6 +281,11 @@ def get_reranker(spec: str | Reranker, generator: GeneratorLike | None = None, *
             return BiEncoderReranker.load(arg, **kw)
         reject(("device", "batch_size", "long_docs", "backend"))  # max_length is the student's own, saved with it
         return DistilledReranker.load(arg, **kw)
+    if kind == "bi-encoder":
+        from ragkit.debias.bi_encoder import BiEncoderReranker
+
+        reject(("device", "batch_size"))
+        return BiEncoderReranker.from_pretrained(arg, **kw)
     if kind == "llm":
         from ragkit.debias.llm_reranker import LLMReranker
 

@@ -13,6 +13,7 @@ import pytest
 from ragkit.datasets import sample_records
 from ragkit.debias import MoI, MoIReranker, PositionProfile
 from ragkit.debias.baselines import IdentityReranker, RandomReranker
+from ragkit.debias.cross_encoder import pair_text
 from ragkit.debias.placement import place
 from ragkit.debias.presets import METHOD_NAMES, available_methods, get_method, get_reranker, resolve_method
 from ragkit.eval.runner import EvalConfig, run_eval
@@ -112,6 +113,29 @@ def test_cross_encoder_spec_loads_any_cross_encoder_folder(student_dir: Path) ->
     assert a.ids() == b.ids() and np.allclose(a.scores(), b.scores(), atol=1e-5)
 
 
+def test_bi_encoder_spec_ranks_by_the_embedders_cosine(tiny_encoder_dir: Path) -> None:
+    """``bi-encoder:NAME``: a stock embedder's cosine of question and passage, computed here by hand."""
+    from sentence_transformers import SentenceTransformer
+
+    from ragkit.debias.bi_encoder import BiEncoderReranker
+
+    rr = get_reranker(f"bi-encoder:{tiny_encoder_dir}", device="cpu", batch_size=2)
+    assert type(rr) is BiEncoderReranker and rr.metadata["trained"] is False
+    ps = [Passage(id=f"p{i}", text=t) for i, t in enumerate(
+        ["zebras live in africa", "the moon is made of rock", "which zebra is striped", "tea and cake"])]
+    got = rr.rank("which zebra?", ps)
+    st = SentenceTransformer(str(tiny_encoder_dir), device="cpu")
+    q = st.encode(["which zebra?"], normalize_embeddings=True)[0]
+    d = st.encode([pair_text(p) for p in ps], normalize_embeddings=True)
+    want = np.argsort(-(d @ q), kind="stable")
+    assert got.ids() == [ps[i].id for i in want]
+    assert np.allclose(sorted(got.scores(), reverse=True), np.sort(d @ q)[::-1], atol=1e-5)
+    assert got.info.forward_passes == 1 + len(ps)
+    with pytest.raises(TypeError, match="takes no max_length"):
+        get_reranker(f"bi-encoder:{tiny_encoder_dir}", max_length=8)
+    assert resolve_method(f"bi-encoder:{tiny_encoder_dir}").loads_encoder
+
+
 def test_factory_errors_name_the_fix(gen, student_dir: Path, tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="unknown reranker 'mio'.*moi_prior.*cross-encoder:NAME"):
         get_reranker("mio")
@@ -155,7 +179,7 @@ def test_registry_names_and_validation() -> None:
     assert set(METHOD_NAMES) == {"none", "reverse", "both_ends", "random", "voting", "psc_borda", "psc_rrf",
                                  "moi", "moi_cyclic", "moi_prior", "moi_confidence", "moi_gold", "moi_loo",
                                  "moi_loo_gold", "moi_loo_q", "moi_masked", "upr", "icr", "moi_attn"}
-    assert available_methods()[-3:] == ["student:PATH", "cross-encoder:NAME", "llm:MODEL"]
+    assert available_methods()[-4:] == ["student:PATH", "cross-encoder:NAME", "bi-encoder:NAME", "llm:MODEL"]
     p = resolve_method("moi_prior")
     assert (p.reranker, p.placement, p.answerer) == ("moi_prior", "bias_aware", "single")
     assert resolve_method("cross-encoder:some/model").loads_encoder
