@@ -654,12 +654,20 @@ class Study:
         # every contrast the page reports, Holm-corrected as one family: each one-pass reranker and
         # moi_masked against BM25, each one-pass reranker against moi_masked
         pairs = [(m, "none") for m in ["moi_masked", *one_pass]] + [(m, "moi_masked") for m in one_pass]
+        # the untrained embedder a bi-encoder student starts from (plan: dev.reference_contrast): against BM25,
+        # and the student against it, so the page separates what the labels taught from what the embedder knew
+        ref = next((m for m in methods if m.startswith("bi-encoder:")), None)
+        if ref is not None:
+            pairs.append((ref, "none"))
+            if "bi-encoder" in sel["per_recipe"]:
+                pairs.append((f"student:{self.work / 'students' / 'bi-encoder'}", ref))
         self.result["steps"]["dev"] = {
             "config": "plan.json: dev.config", "methods": methods,
             "headline": f"student:{self.work / 'students' / headline}" if headline else None,
             "eval_report": rel(eval_out), "n_questions": report["n_questions"],
             "aggregate": report["aggregate"], "paired": report["paired"],
-            "targets": dev_targets(report["outputs"], one_pass, seed=cfg["seed"], n_boot=cfg["bootstrap"]),
+            "targets": dev_targets(report["outputs"], [*one_pass, *([ref] if ref else [])], seed=cfg["seed"],
+                                   n_boot=cfg["bootstrap"]),
             "holm_table": holm_table(report["outputs"], cfg["dataset"], [], pairs=pairs, k=cfg["k"],
                                      n_bootstrap=cfg["bootstrap"], seed=cfg["seed"]),
         }

@@ -199,11 +199,17 @@ def pre_registered(plan: str | os.PathLike[str], out: str | os.PathLike[str],
     ``result`` is what ``out`` holds already (a resumed run), else ``{}``, with ``result["plan"] =
     {"path", "commit"}`` set (:func:`plan_commit`; the path as :func:`rel` records it).
 
+    A plan may be amended while its study runs only by saying so in the plan: an entry of its
+    ``"amendments"`` list whose ``"amends"`` names the commit the results so far were written under
+    (the full hash or a prefix of at least 7 characters), with what changed and why. Then the run goes on
+    and ``result["plan"]["earlier_commits"]`` keeps every commit it ran under, so a reader sees which
+    results predate the amendment. A silent edit is still refused: a study's results must name one plan.
+
     Raises
     ------
     SystemExit
         The plan has uncommitted changes or is untracked (unless ``allow_uncommitted``: tests and smoke
-        runs), or ``out`` was written under another commit of the plan.
+        runs), or ``out`` was written under another commit of the plan that no amendment names.
     """
     path = Path(plan).resolve()
     spec = json.loads(path.read_text(encoding="utf-8"))
@@ -211,9 +217,18 @@ def pre_registered(plan: str | os.PathLike[str], out: str | os.PathLike[str],
     if commit is None and not allow_uncommitted:
         raise SystemExit(f"{path} has uncommitted changes or is not tracked: commit the plan before its run")
     result: dict[str, Any] = json.loads(Path(out).read_text(encoding="utf-8")) if Path(out).exists() else {}
-    if result and result.get("plan", {}).get("commit") != commit:
-        raise SystemExit(f"{out} was written under another commit of the plan; pass another --out")
-    result["plan"] = {"path": rel(path), "commit": commit}
+    was = result.get("plan", {}) if result else {}
+    earlier = list(was.get("earlier_commits", []))
+    if result and was.get("commit") != commit:
+        old = str(was.get("commit") or "")
+        amended = [a for a in spec.get("amendments", []) if isinstance(a, dict) and len(str(a.get("amends", ""))) >= 7
+                   and old.startswith(str(a["amends"]))]
+        if not amended:
+            raise SystemExit(f"{out} was written under another commit of the plan ({old[:12] or 'none'}); pass another "
+                             "--out, or amend the plan openly: add to its \"amendments\" list an entry "
+                             f'{{"amends": "{old[:12]}", "what": ..., "why": ...}}')
+        earlier.append(old)
+    result["plan"] = {"path": rel(path), "commit": commit, **({"earlier_commits": earlier} if earlier else {})}
     return spec, result
 
 

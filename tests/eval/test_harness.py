@@ -76,6 +76,17 @@ def test_pre_registered_names_the_plan_commit_and_refuses_a_moved_plan(tmp_path:
     spec, result = pre_registered(untracked, tmp_path / "out.json", allow_uncommitted=True)
     assert spec == {"arms": {}} and result == {"plan": {"path": str(untracked), "commit": None}}
     (tmp_path / "out.json").write_text(json.dumps({"plan": {"commit": "0" * 40}, "arms": {"a": 1}}))
+    with pytest.raises(SystemExit, match="another commit of the plan .*amend the plan openly"):
+        pre_registered(untracked, tmp_path / "out.json", allow_uncommitted=True)
+    # an amendment that names the results' commit lets the study go on, recording the commit it amends
+    untracked.write_text(json.dumps({"arms": {}, "amendments": [{"amends": "1234567", "what": "x", "why": "y"}]}))
+    with pytest.raises(SystemExit, match="another commit of the plan"):  # names another commit: still refused
+        pre_registered(untracked, tmp_path / "out.json", allow_uncommitted=True)
+    (tmp_path / "out.json").write_text(json.dumps({"plan": {"commit": "1234567" + "0" * 33}, "arms": {"a": 1}}))
+    spec, result = pre_registered(untracked, tmp_path / "out.json", allow_uncommitted=True)
+    assert result == {"plan": {"path": str(untracked), "commit": None, "earlier_commits": ["1234567" + "0" * 33]},
+                      "arms": {"a": 1}}
+    untracked.write_text(json.dumps({"arms": {}, "amendments": [{"amends": "123", "what": "x"}]}))  # too short
     with pytest.raises(SystemExit, match="another commit of the plan"):
         pre_registered(untracked, tmp_path / "out.json", allow_uncommitted=True)
 

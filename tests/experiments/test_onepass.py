@@ -92,8 +92,14 @@ def test_every_step_on_tiny_models(study, shared_data: Path, tiny_lm_dir: Path, 
     # exact leave-one-out prefills far more than the masked estimator
     assert all(r["cost"]["moi"]["tokens_prefilled"] > r["cost"]["moi_masked"]["tokens_prefilled"] for r in fid["rows"])
     dev = steps["dev"]
-    assert dev["methods"][:2] == ["none", "moi_masked"] and dev["methods"][-1] == "moi_attn"
-    assert len(dev["methods"]) == 3 + len(sel["per_recipe"])
+    ref = "bi-encoder:all-MiniLM-L6-v2"  # the untrained embedder (plan amendment: dev.reference_contrast)
+    assert dev["methods"][:3] == ["none", "moi_masked", ref] and dev["methods"][-1] == "moi_attn"
+    assert len(dev["methods"]) == 4 + len(sel["per_recipe"])
+    assert ref in dev["targets"]
+    contrasts = {r["contrast"] for r in dev["holm_table"]["rows"]}
+    assert f"{ref} - none" in contrasts
+    if "bi-encoder" in sel["per_recipe"]:
+        assert f"student:{work / 'students' / 'bi-encoder'} - {ref}" in contrasts
     rows = json.loads((tmp_path / "onepass.dev.eval.json").read_text())["outputs"]
     assert len(rows) == 4 * len(dev["methods"])
     assert "moi_attn" in dev["targets"] and dev["targets"]["questions"] == 4
