@@ -247,10 +247,12 @@ def tables(result: Mapping[str, Any]) -> str:
     steps = result.get("steps") or {}
     plan = result.get("plan") or {}
     smoke = f"; a SMOKE run: {json.dumps(result['smoke'])}" if result.get("smoke") else ""
+    earlier = ", ".join(f"`{c[:12]}`" for c in plan.get("earlier_commits", []))
+    amended = f"; the steps before its amendment ran under {earlier}" if earlier else ""
     out = ["# One-pass rerankers: the tables\n",
            f"Written by `experiments/onepass/run.py` with the JSON beside it (plan `{plan.get('path')}` at commit "
-           f"`{str(plan.get('commit'))[:12]}`{smoke}). Every number below is in the JSON, with its per-question "
-           "rows.\n"]
+           f"`{str(plan.get('commit'))[:12]}`{amended}{smoke}). Every number below is in the JSON, with its "
+           "per-question rows.\n"]
     if (lab := steps.get("labels")):
         c = lab.get("cost_per_question") or {}
         out += ["## Labels (label-free masked leave-one-out, train questions)\n", markdown_table(
