@@ -630,7 +630,8 @@ class Study:
         probe = self.probe_file()
         if probe is None:
             raise SystemExit("no fitted probe: run --step probe first")
-        students = [f"student:{self.work / 'students' / rc}" for rc in sel["per_recipe"]]
+        student_of = {rc: f"student:{self.work / 'students' / rc}" for rc in sel["per_recipe"]}
+        students = list(student_of.values())
         for s in students:
             if not Path(s.partition(":")[2]).is_dir():
                 raise SystemExit(f"the selected student {s} is missing: run --step students again (it retrains it)")
@@ -661,11 +662,11 @@ class Study:
         ref = next((m for m in methods if m.startswith("bi-encoder:")), None)
         if ref is not None:
             pairs.append((ref, "none"))
-            if "bi-encoder" in sel["per_recipe"]:
-                pairs.append((f"student:{self.work / 'students' / 'bi-encoder'}", ref))
+            if "bi-encoder" in student_of:
+                pairs.append((student_of["bi-encoder"], ref))
         self.result["steps"]["dev"] = {
             "config": "plan.json: dev.config", "methods": methods,
-            "headline": f"student:{self.work / 'students' / headline}" if headline else None,
+            "headline": student_of[headline] if headline else None,
             "eval_report": rel(eval_out), "n_questions": report["n_questions"],
             "aggregate": report["aggregate"], "paired": report["paired"],
             "targets": dev_targets(report["outputs"], [*one_pass, *([ref] if ref else [])], seed=cfg["seed"],

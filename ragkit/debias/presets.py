@@ -121,7 +121,7 @@ _LM_RERANKERS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "moi_attn": ("ragkit.debias.attention_probe", "AttentionProbeReranker", ("probe",)),
 }
 RERANKER_NAMES: tuple[str, ...] = ("none", "random", *_MOI_RERANKERS, *_LM_RERANKERS)
-"""Fixed reranker specs; ``student:PATH`` and ``cross-encoder:NAME`` take an argument."""
+"""Fixed reranker specs; the specs of ``_PATTERNS`` (``student:PATH``, ``cross-encoder:NAME``, ...) take an argument."""
 _PATTERNS = ("student:PATH", "cross-encoder:NAME", "bi-encoder:NAME", "llm:MODEL")
 _ARG_KINDS = ("student", "cross-encoder", "bi-encoder", "llm")
 _ENCODER_KW = ("device", "batch_size", "max_length", "long_docs", "backend")

@@ -217,13 +217,12 @@ def pre_registered(plan: str | os.PathLike[str], out: str | os.PathLike[str],
     if commit is None and not allow_uncommitted:
         raise SystemExit(f"{path} has uncommitted changes or is not tracked: commit the plan before its run")
     result: dict[str, Any] = json.loads(Path(out).read_text(encoding="utf-8")) if Path(out).exists() else {}
-    was = result.get("plan", {}) if result else {}
+    was = result.get("plan", {})
     earlier = list(was.get("earlier_commits", []))
     if result and was.get("commit") != commit:
         old = str(was.get("commit") or "")
-        amended = [a for a in spec.get("amendments", []) if isinstance(a, dict) and len(str(a.get("amends", ""))) >= 7
-                   and old.startswith(str(a["amends"]))]
-        if not amended:
+        if not any(isinstance(a, dict) and len(str(a.get("amends", ""))) >= 7 and old.startswith(str(a["amends"]))
+                   for a in spec.get("amendments", [])):
             raise SystemExit(f"{out} was written under another commit of the plan ({old[:12] or 'none'}); pass another "
                              "--out, or amend the plan openly: add to its \"amendments\" list an entry "
                              f'{{"amends": "{old[:12]}", "what": ..., "why": ...}}')
