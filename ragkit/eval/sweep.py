@@ -24,6 +24,14 @@ With ``permutations = P`` the same ``k`` passages (gold and distractors) are als
 seeded random orders, and the summary gains the permutation sensitivity rate: the share of
 questions whose normalised greedy answer is not the same in all ``P`` orders (Stable-RAG,
 arXiv 2601.02993).
+
+Cost: a question's contexts of one ``k`` are orderings of the same ``k`` passages, so they run as
+one query of :meth:`~ragkit.generation.Generator.run_orderings`: the prompt prefix they share (the
+instruction, the question and, between two slots, the distractors before the earlier one) is
+computed once, each context's rest once, and the gold answer is scored as a continuation of the
+context's own cache. The greedy answers are those of ``answer`` and the log-probs those of
+``score``, up to float error, at about half the prefill of answering and scoring each context
+apart.
 """
 
 from __future__ import annotations
@@ -185,7 +193,8 @@ def position_sweep(
     Parameters
     ----------
     generator
-        A :class:`ragkit.generation.Generator` (``answer``, ``score``, ``score_orderings``).
+        A :class:`ragkit.generation.Generator` or any
+        :class:`~ragkit.generation.base.GeneratorLike` (``run_orderings``, ``score_orderings``).
     records
         Questions with a gold passage (``gold_ids`` naming one of ``passages``) and answers.
     k
@@ -209,7 +218,8 @@ def position_sweep(
     resume
         Reuse ``partial``'s rows (``False``: delete the file first).
     chunk_questions
-        Questions per chunk (each chunk is one batched ``answer`` and one ``score`` call).
+        Questions per chunk (each chunk is one ``run_orderings`` call, or one ``score_orderings``
+        call without ``generate``).
     show_progress
         Progress bar over chunks (``None``: on unless ``RAGKIT_NO_PROGRESS`` is set).
     permutations
@@ -246,23 +256,31 @@ def position_sweep(
     golds = [_gold_passage(r) for r in recs]
 
     # Every (question, setting) context; they run in chunks of questions (one batched call each).
-    # A setting is (question index, name, k, slot, order, passages); ``order`` numbers the random
-    # orders of the "permutation" setting (None elsewhere).
-    settings: list[tuple[int, str, int | None, int | None, int | None, list[Passage]]] = []
-    for i, (g, ds) in enumerate(zip(golds, distractors)):
+    # A setting is (question index, name, k, slot, order, passages, ordering); ``order`` numbers the
+    # random orders of the "permutation" setting (None elsewhere); ``ordering`` indexes the passages
+    # of its query, ``[gold]`` for the anchors (k None) and ``[gold, *distractors[:k-1]]`` for a k,
+    # so that one ``run_orderings`` call per chunk computes each query's shared prompt prefix once.
+    settings: list[tuple[int, str, int | None, int | None, int | None, list[Passage], list[int]]] = []
+
+    def query_passages(i: int, kk: int | None) -> list[Passage]:
+        g = golds[i]
         assert g is not None
-        settings.append((i, "closed_book", None, None, None, []))
-        settings.append((i, "oracle", None, None, None, [g]))
+        return [g] if kk is None else [g, *distractors[i][: kk - 1]]
+
+    for i in range(len(recs)):
+        settings.append((i, "closed_book", None, None, None, [], []))
+        settings.append((i, "oracle", None, None, None, query_passages(i, None), [0]))
         for kk in ks:
+            base = query_passages(i, kk)
             for s in slot_map[kk]:
-                ctx = list(ds[: kk - 1])
-                ctx.insert(s, g)
-                settings.append((i, "slot", kk, s, None, ctx))
+                order = list(range(1, kk))
+                order.insert(s, 0)  # the gold passage at slot s, the distractors in their drawn order
+                settings.append((i, "slot", kk, s, None, [base[t] for t in order], order))
             if permutations:
                 perm_rng = np.random.default_rng([seed, i, kk])
-                base = [g, *ds[: kk - 1]]
                 for o in range(permutations):
-                    settings.append((i, "permutation", kk, None, o, [base[t] for t in perm_rng.permutation(kk)]))
+                    order = [int(t) for t in perm_rng.permutation(kk)]
+                    settings.append((i, "permutation", kk, None, o, [base[t] for t in order], order))
 
     em = np.full(len(settings), np.nan)
     lp = np.full(len(settings), np.nan)
@@ -275,7 +293,7 @@ def position_sweep(
         return score and settings[j][1] != "permutation"
 
     def per_question_row(j: int) -> dict[str, Any]:
-        i, st, kk, s, o, ctx = settings[j]
+        i, st, kk, s, o, ctx, _ = settings[j]
         row = {"qid": recs[i].id, "setting": st, "k": kk, "slot": s, "passage_ids": [c.id for c in ctx],
                "gold_id": golds[i].id, "prediction": preds[j], "subspan_em": float(em[j]),  # type: ignore[union-attr]
                "logprob": float(lp[j])}
@@ -294,7 +312,7 @@ def position_sweep(
             fingerprint["permutations"] = permutations
         done = {(r["qid"], r["setting"], r["k"], r["slot"], r.get("order")): r
                 for r in resume_appended_jsonl(partial, {"_sweep": fingerprint}, resume, key="_sweep")}
-        for j, (i, st, kk, s, o, ctx) in enumerate(settings):
+        for j, (i, st, kk, s, o, ctx, _) in enumerate(settings):
             row = done.get((recs[i].id, st, kk, s, o))
             if row is not None and row["passage_ids"] == [c.id for c in ctx]:
                 preds[j], em[j], lp[j] = row["prediction"], row["subspan_em"], row["logprob"]
@@ -306,16 +324,31 @@ def position_sweep(
     for j in todo:
         chunks.setdefault(settings[j][0] // max(1, chunk_questions), []).append(j)
     for js in progress(list(chunks.values()), show=show_progress, desc="sweep", unit="chunk"):
+        # one query per (question, k): its settings are orderings of the same passages
+        queries: dict[tuple[int, int | None], list[int]] = {}
+        for j in js:
+            if generate or scored(j):
+                queries.setdefault((settings[j][0], settings[j][2]), []).append(j)
+        qkeys = list(queries)
+        qs = [recs[i].question for i, _ in qkeys]
+        pss = [query_passages(i, kk) for i, kk in qkeys]
+        ods = [[settings[j][6] for j in queries[key]] for key in qkeys]
+        gold_answers = [recs[i].answers[0] for i, _ in qkeys]
         if generate:
-            out = generator.answer([recs[settings[j][0]].question for j in js], [settings[j][5] for j in js],
-                                   max_new_tokens=max_new_tokens)
-            for j, p in zip(js, out):
-                preds[j], em[j] = p, best_subspan_em(p, recs[settings[j][0]].answers)
-        js_scored = [j for j in js if scored(j)]
-        if js_scored:
-            prompts = [generator.build_prompt(recs[settings[j][0]].question, settings[j][5]) for j in js_scored]
-            res = generator.score(prompts, [recs[settings[j][0]].answers[0] for j in js_scored])
-            lp[js_scored] = np.asarray(res.mean, dtype=float)
+            # greedy answers as ``answer`` gives them (EOS never first), the gold answer scored from
+            # each ordering's own cache (``""``: a permutation, not scored)
+            rounds = [[[gold_answers[q] if scored(j) else "" for j in queries[key]]] for q, key in enumerate(qkeys)]
+            runs = generator.run_orderings(qs, pss, ods, (lambda q, _answers, r=rounds: r[q]) if score else None,
+                                           max_new_tokens=max_new_tokens, min_new_tokens=1)
+            for q, run in enumerate(runs):
+                for m, j in enumerate(queries[qkeys[q]]):
+                    preds[j], em[j] = run.answers[m], best_subspan_em(run.answers[m], recs[settings[j][0]].answers)
+                    if scored(j):
+                        lp[j] = float(run.scores[0].mean[m])
+        elif qkeys:
+            for q, res in enumerate(generator.score_orderings(qs, pss, ods, gold_answers)):
+                for m, j in enumerate(queries[qkeys[q]]):
+                    lp[j] = float(res.mean[m])
         if partial is not None:
             append_jsonl(partial, [per_question_row(j) for j in js])
 

@@ -161,10 +161,12 @@ class GeneratorLike(Protocol):
         candidates: CandidateFn | None = None,
         max_new_tokens: int = 16,
         stop: Sequence[str] | None = None,
+        min_new_tokens: int = 0,
     ) -> list[OrderingRun]:
         """Each ordering's greedy answer, then ``candidates(q, answers)`` scored under every ordering
         (:func:`ragkit.generation.layout.run_orderings_by_parts` is the generic implementation; the
-        local generator needs one prefill per ordering)."""
+        local generator needs one prefill per ordering; ``min_new_tokens``: EOS forbidden for the first
+        steps, as in :meth:`generate`)."""
         ...
 
     def generate(

@@ -305,6 +305,7 @@ class Generator:
         candidates: CandidateFn | None = None,
         max_new_tokens: int = 16,
         stop: Sequence[str] | None = None,
+        min_new_tokens: int = 0,
     ) -> list[OrderingRun]:
         """One prefill per ordering: each ordering's greedy answer, then candidates scored from its cache.
 
@@ -315,10 +316,11 @@ class Generator:
         ordering's cached prompt (no new prefill), and an answer that is the ordering's own greedy
         output takes the decode step's log-probs. Answers equal
         ``[clean_answer(a) for a in generate(prompts, max_new_tokens, stop)]`` and scores equal
-        :meth:`score_orderings` up to float error.
+        :meth:`score_orderings` up to float error. ``min_new_tokens`` forbids EOS for the first steps
+        (``1``: the answers of :meth:`answer`, which never stops before its first token).
         """
         return scoring.run_orderings(self.handle, self, questions, passages, orderings, candidates, max_new_tokens,
-                                     stop)
+                                     stop, min_new_tokens)
 
     # ------------------------------------------------------------------ generation
     def generate(

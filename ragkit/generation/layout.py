@@ -136,6 +136,7 @@ def run_orderings_by_parts(
     candidates: CandidateFn | None = None,
     max_new_tokens: int = 16,
     stop: Sequence[str] | None = None,
+    min_new_tokens: int = 0,
 ) -> list[OrderingRun]:
     """:meth:`~ragkit.generation.base.GeneratorLike.run_orderings` from ``generate`` and ``score``.
 
@@ -150,7 +151,8 @@ def run_orderings_by_parts(
     prompts = ordering_prompts(gen, questions, passages, orderings)
     stops = [s for s in (stop if stop is not None else gen.template.stop) if s]
     flat = [p for ps in prompts for p in ps]
-    outs = gen.generate(flat, max_new_tokens=max_new_tokens, stop=stops or None) if flat else []
+    outs = (gen.generate(flat, max_new_tokens=max_new_tokens, stop=stops or None, min_new_tokens=min_new_tokens)
+            if flat else [])
     runs: list[OrderingRun] = []
     off = 0
     for ps in prompts:

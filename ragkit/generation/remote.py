@@ -659,11 +659,13 @@ class RemoteGenerator:
         candidates: CandidateFn | None = None,
         max_new_tokens: int = 16,
         stop: Sequence[str] | None = None,
+        min_new_tokens: int = 0,
     ) -> list[OrderingRun]:
         """Each ordering's greedy answer, then candidates scored under every ordering: the generic
         implementation (:func:`ragkit.generation.layout.run_orderings_by_parts`, one completion
         request per ordering and one scoring request; the server holds no cache to share)."""
-        return run_orderings_by_parts(self, questions, passages, orderings, candidates, max_new_tokens, stop)
+        return run_orderings_by_parts(self, questions, passages, orderings, candidates, max_new_tokens, stop,
+                                      min_new_tokens)
 
     # ------------------------------------------------------------------ generation
     def generate(

@@ -309,6 +309,7 @@ def run_orderings(
     candidates: CandidateFn | None = None,
     max_new_tokens: int = 16,
     stop: Sequence[str] | None = None,
+    min_new_tokens: int = 0,
 ) -> list[OrderingRun]:
     """:meth:`ragkit.generation.Generator.run_orderings` (see there): the prompts laid out with
     ``settings``, run through the model of ``h``."""
@@ -330,7 +331,7 @@ def run_orderings(
     plain = [q for q in range(n) if not use_cache or max(plans[q][1]) == 0]
     if plain:
         flat = [prompts[q][m] for q in plain for m in range(len(prompts[q]))]
-        outs = generate(h, flat, max_new_tokens=max_new_tokens, stop=stops)
+        outs = generate(h, flat, max_new_tokens=max_new_tokens, stop=stops, min_new_tokens=min_new_tokens)
         off = 0
         for q in plain:
             mq = len(prompts[q])
@@ -345,7 +346,7 @@ def run_orderings(
                           desc="run orderings", leave=False):
             group = [cached_q[j] for j in g]
             _run_group(h, group, prompts, p_ids, plans, max_new_tokens, stops, candidates, runs,
-                       lps, fallback)
+                       lps, fallback, min_new_tokens)
     for q in plain:
         run = runs[q]
         assert run is not None
@@ -380,6 +381,7 @@ def _run_group(
     runs: list[OrderingRun | None],
     lps: dict[tuple[int, int, int], np.ndarray],
     fallback: list[tuple[int, int, int, str]],
+    min_new_tokens: int = 0,
 ) -> None:
     """Prefix once, each ordering's suffix once + greedy decoding, then candidates from the caches."""
     import torch
@@ -400,7 +402,8 @@ def _run_group(
         full_mask = torch.cat([pre_mask, mask], dim=1)
         offs = torch.tensor(reuse, device=dev, dtype=torch.long)
         pos = positions(mask, offs)
-        new, logps = decode_loop(h, cache, ids, full_mask, pos, max_new_tokens, stops)
+        new, logps = decode_loop(h, cache, ids, full_mask, pos, max_new_tokens, stops,
+                                 min_new_tokens=min_new_tokens)
         for (q, m), t, lp in zip(sel, new, logps):
             tokens[(q, m)] = (t, lp)
         if candidates is not None:

@@ -86,6 +86,28 @@ def test_position_sweep_tiny(tmp_path: Path, tiny_gen, shared_data: Path) -> Non
     assert np.isnan(again.row("oracle")["subspan_em"])
 
 
+def test_position_sweep_equals_answering_and_scoring_each_context(tiny_gen, shared_data: Path) -> None:
+    """Run as orderings with a shared prefix, each context still gets the answer of ``answer`` and
+    the gold answer's log-prob of ``score``, the permutations included."""
+    pool = load_nq_open(shared_data / "nq_open" / "nq-open-oracle.jsonl.gz", limit=40)
+    res = position_sweep(tiny_gen, pool[:3], k=(4, 8), pool=pool, seed=1, max_new_tokens=3, permutations=3)
+    rows = res.per_question
+    assert {r["setting"] for r in rows} == {"closed_book", "oracle", "slot", "permutation"}
+    by_id = {p.id: p for r in pool for p in r.passages}
+    recs = {r.id: r for r in pool}
+    qs = [recs[r["qid"]].question for r in rows]
+    ctxs = [[by_id[i] for i in r["passage_ids"]] for r in rows]
+    assert [r["prediction"] for r in rows] == tiny_gen.answer(qs, ctxs, max_new_tokens=3)
+    scored = [j for j, r in enumerate(rows) if r["setting"] != "permutation"]
+    ref = tiny_gen.score([tiny_gen.build_prompt(qs[j], ctxs[j]) for j in scored],
+                         [recs[rows[j]["qid"]].answers[0] for j in scored])
+    np.testing.assert_allclose([rows[j]["logprob"] for j in scored], ref.mean, atol=1e-4)
+    assert all(np.isnan(r["logprob"]) for r in rows if r["setting"] == "permutation")
+    only_scored = position_sweep(tiny_gen, pool[:3], k=(4, 8), pool=pool, seed=1, generate=False)
+    np.testing.assert_allclose([r["logprob"] for r in only_scored.per_question],
+                               [rows[j]["logprob"] for j in scored], atol=1e-4)
+
+
 class _Counting:
     """The tiny generator, counting the contexts it is asked to answer."""
 
@@ -95,9 +117,9 @@ class _Counting:
     def __getattr__(self, name: str):
         return getattr(self._gen, name)
 
-    def answer(self, questions, contexts, **kw):
-        self.answered += len(questions)
-        return self._gen.answer(questions, contexts, **kw)
+    def run_orderings(self, questions, passages, orderings, *args, **kw):
+        self.answered += sum(len(o) for o in orderings)
+        return self._gen.run_orderings(questions, passages, orderings, *args, **kw)
 
 
 def test_position_sweep_resumes_from_its_partial_file(tmp_path: Path, tiny_gen, shared_data: Path) -> None:

@@ -165,3 +165,29 @@ def test_answer_with_drafts_equals_greedy() -> None:
     assert g.reset_counters()["decode_tokens"] == 0
     assert g.answer(qs, pss, max_new_tokens=16, drafts=["certainly not this", None]) == plain
     assert g.reset_counters()["decode_tokens"] > 0
+
+
+def test_min_new_tokens_keeps_eos_from_ending_an_answer_before_its_first_token(
+        gen: Generator, passages: list[Passage]) -> None:
+    """``min_new_tokens=1`` gives ``run_orderings`` the answers of ``answer`` (EOS never first), in the
+    cached implementation and the generic one; without it an EOS-first ordering answers ``""``."""
+    import dataclasses
+
+    import torch
+
+    from ragkit.generation.fitting import encode_prompts
+
+    ods = [[0, 1, 2, 3], [3, 2, 1, 0], [1, 3]]
+    ctxs = [[passages[i] for i in o] for o in ods]
+    ids = encode_prompts(gen.tokenizer, [gen.build_prompt(Q1, ctxs[0])])[0]
+    with torch.no_grad():
+        first = int(gen.model(torch.tensor([ids])).logits[0, -1].argmax())
+    eos_first = ByParts.__new__(ByParts)  # the same model, with that first greedy token as its EOS
+    eos_first.__dict__.update(gen.__dict__)
+    eos_first.handle = dataclasses.replace(gen.handle, eos_ids=(first,))
+    local = Generator.run_orderings
+    assert local(eos_first, [Q1], [passages], [ods], max_new_tokens=4)[0].answers[0] == ""
+    want = eos_first.answer([Q1] * len(ods), ctxs, max_new_tokens=4)
+    assert want[0].strip()
+    assert local(eos_first, [Q1], [passages], [ods], max_new_tokens=4, min_new_tokens=1)[0].answers == want
+    assert eos_first.run_orderings([Q1], [passages], [ods], max_new_tokens=4, min_new_tokens=1)[0].answers == want
