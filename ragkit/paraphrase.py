@@ -364,11 +364,16 @@ def clean_paraphrase(text: str, original: str, max_ratio: float = 3.0) -> str | 
     """Clean one generated rewrite; ``None`` when it is unusable.
 
     First line only, leading labels ("Rewrite:", "Question 2:") and quotes removed, spaces
-    collapsed. Rejected when empty, shorter than 3 words, longer than ``max_ratio`` times the
-    original (in words) or identical to the original (:func:`paraphrase_key`).
+    collapsed. The rewrite of a question ends at its first question mark: small models run on
+    with further questions of their own ("What is the elevation of the Peak Galleria? Is it
+    above sea level? Is it ..."), which are not part of the rewrite. Rejected when empty, shorter
+    than 3 words, longer than ``max_ratio`` times the original (in words) or identical to the
+    original (:func:`paraphrase_key`).
     """
     line = text.strip().split("\n", 1)[0]
     line = _PREFIX_RE.sub("", line).strip().strip("\"'`“”‘’ ").strip()
+    if original.rstrip().endswith("?") and "?" in line:
+        line = line[: line.index("?") + 1]
     line = " ".join(line.split())
     if len(line.split()) < 3:
         return None

@@ -64,6 +64,13 @@ def test_clean_paraphrase() -> None:
             == "Which city is France's capital?")
     assert clean_paraphrase("what is the capital of france", q) is None
     assert clean_paraphrase("Paris", q) is None
+    # a small model runs on with questions of its own: the rewrite ends at its first question mark
+    assert (clean_paraphrase("What is France's capital? Is it big? Is it old? Is", q)
+            == "What is France's capital?")
+    assert clean_paraphrase("Is it big? What is France's capital?", q) == "Is it big?"
+    # a statement keeps its text: only the rewrite of a question is cut there
+    assert clean_paraphrase("Name France's capital? Or not.", "Name the capital of France.") == (
+        "Name France's capital? Or not.")
 
 
 def test_llm_paraphraser_with_tiny_model_fills_up(tiny_lm_dir) -> None:
