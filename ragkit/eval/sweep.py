@@ -256,31 +256,34 @@ def position_sweep(
     golds = [_gold_passage(r) for r in recs]
 
     # Every (question, setting) context; they run in chunks of questions (one batched call each).
-    # A setting is (question index, name, k, slot, order, passages, ordering); ``order`` numbers the
-    # random orders of the "permutation" setting (None elsewhere); ``ordering`` indexes the passages
-    # of its query, ``[gold]`` for the anchors (k None) and ``[gold, *distractors[:k-1]]`` for a k,
-    # so that one ``run_orderings`` call per chunk computes each query's shared prompt prefix once.
-    settings: list[tuple[int, str, int | None, int | None, int | None, list[Passage], list[int]]] = []
+    # A setting is (question index, name, k, slot, order, ordering); ``order`` numbers the random
+    # orders of the "permutation" setting (None elsewhere); ``ordering`` indexes the passages of its
+    # query, ``[gold]`` for the anchors (k None) and ``[gold, *distractors[:k-1]]`` for a k, so that
+    # one ``run_orderings`` call per chunk computes each query's shared prompt prefix once.
+    settings: list[tuple[int, str, int | None, int | None, int | None, list[int]]] = []
 
     def query_passages(i: int, kk: int | None) -> list[Passage]:
         g = golds[i]
         assert g is not None
         return [g] if kk is None else [g, *distractors[i][: kk - 1]]
 
+    def context(j: int) -> list[Passage]:
+        """The passages of setting ``j`` in prompt order."""
+        base = query_passages(settings[j][0], settings[j][2])
+        return [base[t] for t in settings[j][5]]
+
     for i in range(len(recs)):
-        settings.append((i, "closed_book", None, None, None, [], []))
-        settings.append((i, "oracle", None, None, None, query_passages(i, None), [0]))
+        settings.append((i, "closed_book", None, None, None, []))
+        settings.append((i, "oracle", None, None, None, [0]))
         for kk in ks:
-            base = query_passages(i, kk)
             for s in slot_map[kk]:
                 order = list(range(1, kk))
                 order.insert(s, 0)  # the gold passage at slot s, the distractors in their drawn order
-                settings.append((i, "slot", kk, s, None, [base[t] for t in order], order))
+                settings.append((i, "slot", kk, s, None, order))
             if permutations:
                 perm_rng = np.random.default_rng([seed, i, kk])
                 for o in range(permutations):
-                    order = [int(t) for t in perm_rng.permutation(kk)]
-                    settings.append((i, "permutation", kk, None, o, [base[t] for t in order], order))
+                    settings.append((i, "permutation", kk, None, o, [int(t) for t in perm_rng.permutation(kk)]))
 
     em = np.full(len(settings), np.nan)
     lp = np.full(len(settings), np.nan)
@@ -293,8 +296,8 @@ def position_sweep(
         return score and settings[j][1] != "permutation"
 
     def per_question_row(j: int) -> dict[str, Any]:
-        i, st, kk, s, o, ctx, _ = settings[j]
-        row = {"qid": recs[i].id, "setting": st, "k": kk, "slot": s, "passage_ids": [c.id for c in ctx],
+        i, st, kk, s, o, _ = settings[j]
+        row = {"qid": recs[i].id, "setting": st, "k": kk, "slot": s, "passage_ids": [c.id for c in context(j)],
                "gold_id": golds[i].id, "prediction": preds[j], "subspan_em": float(em[j]),  # type: ignore[union-attr]
                "logprob": float(lp[j])}
         if o is not None:
@@ -312,9 +315,9 @@ def position_sweep(
             fingerprint["permutations"] = permutations
         done = {(r["qid"], r["setting"], r["k"], r["slot"], r.get("order")): r
                 for r in resume_appended_jsonl(partial, {"_sweep": fingerprint}, resume, key="_sweep")}
-        for j, (i, st, kk, s, o, ctx, _) in enumerate(settings):
+        for j, (i, st, kk, s, o, _) in enumerate(settings):
             row = done.get((recs[i].id, st, kk, s, o))
-            if row is not None and row["passage_ids"] == [c.id for c in ctx]:
+            if row is not None and row["passage_ids"] == [c.id for c in context(j)]:
                 preds[j], em[j], lp[j] = row["prediction"], row["subspan_em"], row["logprob"]
         todo = [j for j in range(len(settings)) if (generate and np.isnan(em[j])) or (scored(j) and np.isnan(lp[j]))]
         if len(todo) < len(settings):
@@ -332,7 +335,7 @@ def position_sweep(
         qkeys = list(queries)
         qs = [recs[i].question for i, _ in qkeys]
         pss = [query_passages(i, kk) for i, kk in qkeys]
-        ods = [[settings[j][6] for j in queries[key]] for key in qkeys]
+        ods = [[settings[j][5] for j in queries[key]] for key in qkeys]
         gold_answers = [recs[i].answers[0] for i, _ in qkeys]
         if generate:
             # greedy answers as ``answer`` gives them (EOS never first), the gold answer scored from
