@@ -5,7 +5,8 @@ paraphrases, the arms, the seeds, the training and evaluation rows, the metrics,
 contrasts and the decision rule for ``PSGRPOConfig``'s consistency weight. This script carries it
 out, resumable at every stage (the paraphrases are made once and stored in the work folder and in
 ``--out``, which a new machine reads them back from; trainings resume from their last checkpoint,
-finished arms and seeds are read back from ``--out``):
+evaluations from their partial files (10 dev sets a chunk), finished arms and seeds are read back from
+``--out``):
 
 1. paraphrases: the strong ones, written by the base generator through
    ``ragkit.paraphrase.LLMParaphraser`` and screened by ``RewriteFilter`` (token Jaccard with the
@@ -324,8 +325,10 @@ def run(config: Mapping[str, Any]) -> int:
         model = trained(arm, seed)
         gen = Generator(model, device=a.device, dtype=dtype, template="auto", passage_max_tokens=a.passage_max_tokens,
                         batch_size=8, show_progress=False)
+        part = Path(a.workdir) / "evaluations" / f"{arm}-seed{seed}.partial.jsonl"  # a killed evaluation resumes
+        part.parent.mkdir(parents=True, exist_ok=True)
         rep = evaluate_consistency(gen, dev, wordings, retriever=retriever, k=K, similarity="bleu2",
-                                   max_new_tokens=max_new).to_dict()
+                                   max_new_tokens=max_new, partial=part, show_progress=False).to_dict()
         rows = rep.pop("per_set")
         per = {e["qid"]: {**set_metrics(e), "outputs_fixed": e["outputs_fixed"], "outputs_e2e": e.get("outputs_e2e")}
                for e in rows}

@@ -187,6 +187,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--paraphraser", default="auto", choices=("auto", "data", "rule", "llm"))
     c.add_argument("--similarity", default="bleu2", choices=("bleu2", "f1", "rougel"))
     add_output_args(c, default="ragkit-consistency.json", out_help="JSON result (default ragkit-consistency.json)")
+    c.add_argument("--resume", action=argparse.BooleanOptionalAction, default=True,
+                   help="skip paraphrase sets already in <out>.partial.jsonl, written 10 sets at a time (default on)")
     _add_common(c)
     c.set_defaults(func=_run_consistency)
 
@@ -311,8 +313,9 @@ def _run_consistency(args: argparse.Namespace) -> int:
         retr = build_retriever(cfg, pooled_corpus(recs))
     paras = paraphrase_sets(recs, n=args.n_paraphrases, source=args.paraphraser, generator=gen, seed=args.seed)
     t0 = time.perf_counter()
+    partial = Path(args.out).with_name(Path(args.out).name + ".partial.jsonl")
     rep = evaluate_consistency(gen, recs, paras, retriever=retr, k=args.k, similarity=args.similarity,
-                               max_new_tokens=args.max_new_tokens)
+                               max_new_tokens=args.max_new_tokens, partial=partial, resume=args.resume)
     d = rep.to_dict()
     d["config"] = {k: v for k, v in vars(args).items() if k != "func" and not k.startswith("_")}
     d["wall_seconds"] = round(time.perf_counter() - t0, 2)
@@ -320,4 +323,5 @@ def _run_consistency(args: argparse.Namespace) -> int:
              for key in ("retriever_consistency", "generator_consistency", "end_to_end_consistency", "em", "f1",
                          "em_paraphrases", "f1_paraphrases")]
     emit(d, args, "\n".join([*lines, f"wrote {args.out}"]))
+    partial.unlink(missing_ok=True)  # the result holds every set now
     return 0

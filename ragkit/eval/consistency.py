@@ -20,6 +20,7 @@ paraphrases) is reported beside them. Every summary is a mean over paraphrase se
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import combinations
@@ -28,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from ragkit.eval.metrics import exact_match_max, f1_max
+from ragkit.io import append_jsonl, progress, resume_appended_jsonl
 from ragkit.types import QARecord, RankedList
 
 __all__ = [
@@ -189,32 +191,10 @@ class ConsistencyReport:
         }
 
 
-def evaluate_consistency(
-    generator: Any,
-    records: Sequence[QARecord],
-    paraphrases: Sequence[Sequence[str]],
-    retriever: Any | None = None,
-    k: int = 5,
-    similarity: str = "bleu2",
-    max_new_tokens: int = 16,
-) -> ConsistencyReport:
-    """Retriever-, generator- and end-to-end consistency with EM/F1 beside them.
-
-    Parameters
-    ----------
-    generator
-        A :class:`ragkit.generation.Generator`.
-    records
-        Questions with answers; without a retriever their own first ``k`` passages are the
-        fixed passages (then retriever-level and end-to-end are not defined and reported as None).
-    paraphrases
-        Per record ``[original, p_1, ..., p_n]`` (see :func:`paraphrase_sets`).
-    retriever
-        An indexed :class:`ragkit.retrievers.Retriever` (``search(queries, k)``).
-    """
-    if len(paraphrases) != len(records):
-        raise ValueError(f"{len(records)} records but {len(paraphrases)} paraphrase sets")
-    f = _pair_sim(similarity)
+def _evaluate_sets(generator: Any, records: Sequence[QARecord], paraphrases: Sequence[Sequence[str]],
+                   retriever: Any | None, k: int, f: Callable[[list[str], list[str]], Any],
+                   max_new_tokens: int) -> list[dict[str, Any]]:
+    """Per-set entries of :func:`evaluate_consistency` for one chunk of sets."""
     flat_q = [q for ps in paraphrases for q in ps]
     owner = [i for i, ps in enumerate(paraphrases) for _ in ps]
     if retriever is not None:
@@ -255,6 +235,74 @@ def evaluate_consistency(
             entry["retriever"] = pairwise_mean([rl.ids() for rl in rls], jaccard)
             entry["end_to_end"] = _set_consistency(e_out, f)
         per_set.append(entry)
+    return per_set
+
+
+def evaluate_consistency(
+    generator: Any,
+    records: Sequence[QARecord],
+    paraphrases: Sequence[Sequence[str]],
+    retriever: Any | None = None,
+    k: int = 5,
+    similarity: str = "bleu2",
+    max_new_tokens: int = 16,
+    partial: str | os.PathLike[str] | None = None,
+    resume: bool = True,
+    chunk_sets: int = 10,
+    show_progress: bool | None = None,
+) -> ConsistencyReport:
+    """Retriever-, generator- and end-to-end consistency with EM/F1 beside them.
+
+    Parameters
+    ----------
+    generator
+        A :class:`ragkit.generation.Generator`.
+    records
+        Questions with answers; without a retriever their own first ``k`` passages are the
+        fixed passages (then retriever-level and end-to-end are not defined and reported as None).
+    paraphrases
+        Per record ``[original, p_1, ..., p_n]`` (see :func:`paraphrase_sets`).
+    retriever
+        An indexed :class:`ragkit.retrievers.Retriever` (``search(queries, k)``).
+    partial
+        JSONL file that makes the evaluation resumable: the sets are run ``chunk_sets`` at a time
+        and each chunk's per-set entries are appended here (its first line fingerprints the
+        settings, the sets and their wordings). A restarted evaluation with the same settings skips
+        the sets already there; other settings raise ``ValueError`` (``resume=False`` starts over).
+        ``None``: nothing written.
+    resume
+        Reuse ``partial``'s entries (``False``: delete the file first).
+    chunk_sets
+        Paraphrase sets per chunk: one retrieval call and one or two ``answer`` calls each.
+    show_progress
+        Progress bar over chunks (``None``: on unless ``RAGKIT_NO_PROGRESS`` is set).
+    """
+    if len(paraphrases) != len(records):
+        raise ValueError(f"{len(records)} records but {len(paraphrases)} paraphrase sets")
+    if chunk_sets < 1:
+        raise ValueError(f"chunk_sets must be >= 1, got {chunk_sets}")
+    f = _pair_sim(similarity)
+    entries: dict[int, dict[str, Any]] = {}
+    if partial is not None:
+        fingerprint = {"model": str(getattr(generator, "name", "generator")), "k": k, "similarity": similarity,
+                       "max_new_tokens": max_new_tokens, "retriever": retriever is not None,
+                       "passage_max_tokens": getattr(generator, "passage_max_tokens", None),
+                       "template": getattr(getattr(generator, "template", None), "name", None),
+                       "sets": [[r.id, *ps] for r, ps in zip(records, paraphrases)]}
+        for row in resume_appended_jsonl(partial, {"_consistency": fingerprint}, resume, key="_consistency"):
+            i = row.pop("_set")
+            entries[i] = row
+        if entries:
+            logger.info("resuming: %d of %d paraphrase sets already in %s", len(entries), len(records), partial)
+    todo = [i for i in range(len(records)) if i not in entries]
+    chunks = [todo[c: c + chunk_sets] for c in range(0, len(todo), chunk_sets)]
+    for idx in progress(chunks, show=show_progress, desc="consistency", unit="chunk"):
+        done = _evaluate_sets(generator, [records[i] for i in idx], [paraphrases[i] for i in idx], retriever, k, f,
+                              max_new_tokens)
+        entries.update(zip(idx, done))
+        if partial is not None:
+            append_jsonl(partial, [{"_set": i, **e} for i, e in zip(idx, done)])
+    per_set = [entries[i] for i in range(len(records))]
 
     def mean(key: str) -> float:
         v = [e[key] for e in per_set if key in e and not np.isnan(e[key])]

@@ -121,6 +121,10 @@ class _Counting:
         self.answered += sum(len(o) for o in orderings)
         return self._gen.run_orderings(questions, passages, orderings, *args, **kw)
 
+    def answer(self, questions, passages, *args, **kw):
+        self.answered += len(questions)
+        return self._gen.answer(questions, passages, *args, **kw)
+
 
 def test_position_sweep_resumes_from_its_partial_file(tmp_path: Path, tiny_gen, shared_data: Path) -> None:
     pool = load_nq_open(shared_data / "nq_open" / "nq-open-oracle.jsonl.gz", limit=40)
@@ -177,6 +181,32 @@ def test_paraphrase_sets_and_evaluate(tiny_gen) -> None:
     assert 0.0 <= rep.end_to_end <= 1.0 and len(rep.per_set[0]["outputs_e2e"]) == 3
     no_retr = evaluate_consistency(tiny_gen, recs, sets, k=3, max_new_tokens=3)
     assert no_retr.retriever is None and no_retr.end_to_end is None
+
+
+def test_evaluate_consistency_resumes_from_its_partial_file(tmp_path: Path, tiny_gen) -> None:
+    from ragkit.datasets import pooled_corpus
+    from ragkit.retrievers import BM25Retriever
+
+    recs = sample_records(3)
+    sets = paraphrase_sets(recs, n=2, source="rule")
+    retr = BM25Retriever().index(pooled_corpus(recs))
+    partial = tmp_path / "consistency.partial.jsonl"
+    kw = dict(retriever=retr, k=3, max_new_tokens=3, partial=partial, chunk_sets=1, show_progress=False)
+    full = evaluate_consistency(tiny_gen, recs, sets, **kw)
+    lines = partial.read_text().splitlines()
+    assert len(lines) == 1 + 3 and json.loads(lines[0])["_consistency"]["sets"][0] == [recs[0].id, *sets[0]]
+    # cut off after the first set, mid-write of the second (a torn line)
+    partial.write_text(lines[0] + "\n" + lines[1] + "\n" + lines[2][:25])
+    gen = _Counting(tiny_gen)
+    again = evaluate_consistency(gen, recs, sets, **kw)
+    assert gen.answered == 2 * 2 * 3  # two unfinished sets x (fixed + end to end) x 3 wordings
+    assert again.to_dict() == full.to_dict()
+    done = _Counting(tiny_gen)
+    assert evaluate_consistency(done, recs, sets, **kw).to_dict() == full.to_dict() and done.answered == 0
+    with pytest.raises(ValueError, match="other settings"):
+        evaluate_consistency(tiny_gen, recs, sets, **{**kw, "k": 2})
+    # without a partial file the chunks give what one pass gave
+    assert evaluate_consistency(tiny_gen, recs, sets, retriever=retr, k=3, max_new_tokens=3).to_dict() == full.to_dict()
 
 
 def test_sweep_plot_names_a_local_model_file_by_its_name(tmp_path):
