@@ -61,6 +61,8 @@ from ragkit.eval.harness import pre_registered, pre_registered_parser, rel, stud
 from ragkit.eval.stats import contrast_family
 
 HERE = Path(__file__).resolve().parent
+#: questions per rewriter call; the sets are stored after each (its sampling is seeded per call)
+PARAPHRASE_CHUNK = 10
 SCRIPT = "experiments/psgrpo/confirm.py"
 #: per-set values in the JSON; every one is a per-set number, so arms compare set by set
 METRICS = ("consistency", "consistency_end_to_end", "consistency_retriever", "em", "f1", "em_original",
@@ -235,7 +237,8 @@ def run(config: Mapping[str, Any]) -> int:
     # 1. paraphrases, made once and stored
     para_file = work / "paraphrases.json"
     rewrite_tokens = min(48, a.max_new_tokens or 48)
-    made_with = {"model": rel(base), "seed": 0, "tries": 3, "max_jaccard": 0.8, "max_new_tokens": rewrite_tokens}
+    made_with = {"model": rel(base), "seed": 0, "tries": 3, "max_jaccard": 0.8, "max_new_tokens": rewrite_tokens,
+                 "chunk_questions": PARAPHRASE_CHUNK}
     stored: dict[str, Any] = json.loads(para_file.read_text()) if para_file.exists() else {"made_with": made_with}
     if not para_file.exists() and result.get("paraphrases"):
         # a new machine: the sets already made are in --out (same model and settings, checked above), and
@@ -248,11 +251,14 @@ def run(config: Mapping[str, Any]) -> int:
     gen_base: Any = None
 
     def make(name: str, recs: list, strong: bool) -> list[dict[str, Any]]:
+        """The stored sets of ``recs``, the missing ones made :data:`PARAPHRASE_CHUNK` questions at a time and
+        stored after each chunk (the rewriter samples for about an hour; a stopped run keeps what it made)."""
         nonlocal gen_base
         have = {r["set_id"]: r for r in stored.get(name, [])}
         todo = [r for r in recs if r.id not in have]
-        if todo:
-            qs, answers = [r.question for r in todo], [list(r.answers) for r in todo]
+        for c in range(0, len(todo), PARAPHRASE_CHUNK):
+            chunk = todo[c: c + PARAPHRASE_CHUNK]
+            qs, answers = [r.question for r in chunk], [list(r.answers) for r in chunk]
             if strong:
                 if gen_base is None:
                     gen_base = Generator(base, device=a.device, dtype=dtype, template="auto", batch_size=8,
@@ -265,8 +271,8 @@ def run(config: Mapping[str, Any]) -> int:
                 texts = rep.paraphrases
             else:
                 texts = RuleParaphraser(seed=0).paraphrase(qs, n_wordings - 1)
-                made = [{"fallback": 0} for _ in todo]
-            for r, ps, info in zip(todo, texts, made):
+                made = [{"fallback": 0} for _ in chunk]
+            for r, ps, info in zip(chunk, texts, made):
                 have[r.id] = {"set_id": r.id, "original": r.question, "paraphrases": ps, "answers": list(r.answers),
                               **info, "diversity": set_diversity([r.question, *ps])}
             stored[name] = [have[k] for k in sorted(have)]

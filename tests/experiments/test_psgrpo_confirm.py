@@ -121,3 +121,46 @@ def test_plan_carried_out_on_a_tiny_model_then_resumed(study: ModuleType, tiny_l
         study.main([*args, "--max-new-tokens", "4", "--allow-uncommitted-plan"])
     with pytest.raises(SystemExit, match="made with other settings"):
         study.main([*args, "--max-new-tokens", "4", "--out", str(tmp_path / "other.json"), "--allow-uncommitted-plan"])
+
+
+@pytest.mark.usefixtures("shared_data")
+def test_a_stopped_rewriter_keeps_the_sets_it_made(study: ModuleType, tiny_lm_dir: Path, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The paraphrases are stored chunk by chunk: a run stopped while they are sampled resumes after the last chunk."""
+    from ragkit.paraphrase import LLMParaphraser
+
+    monkeypatch.setenv("RAGKIT_NO_PROGRESS", "1")
+    monkeypatch.setattr(study, "PARAPHRASE_CHUNK", 1)
+    real, calls = LLMParaphraser.paraphrase_with_report, []
+
+    def stopping(self, questions, n, answers=None):
+        calls.append(list(questions))
+        if len(calls) == 2:
+            raise KeyboardInterrupt  # the session ends while the second question is sampled
+        return real(self, questions, n, answers=answers)
+
+    monkeypatch.setattr(LLMParaphraser, "paraphrase_with_report", stopping)
+    args = ["--plan", str(_small_plan(tmp_path)), "--out", str(tmp_path / "confirm.json"), "--model", str(tiny_lm_dir),
+            "--workdir", str(tmp_path / "w"), "--max-train-sets", "2", "--max-dev-sets", "2", "--max-steps", "1",
+            "--max-new-tokens", "3", "--passage-max-tokens", "8", "--allow-uncommitted-plan"]
+    with pytest.raises(KeyboardInterrupt):
+        study.main(args)
+    stored = json.loads((tmp_path / "w" / "paraphrases.json").read_text())
+    assert [len(q) for q in calls] == [1, 1] and len(stored["train_strong"]) == 1
+    assert stored["made_with"]["chunk_questions"] == 1
+    first = stored["train_strong"][0]
+    # started again: only the questions not stored yet are sampled, then the arms would start
+    calls.clear()
+    monkeypatch.setattr(LLMParaphraser, "paraphrase_with_report",
+                        lambda self, questions, n, answers=None: calls.append(list(questions)) or real(
+                            self, questions, n, answers=answers))
+
+    def stop(*a, **k):
+        raise KeyboardInterrupt  # the first evaluation: the paraphrases are all made by then
+
+    monkeypatch.setattr("ragkit.eval.consistency.evaluate_consistency", stop)
+    with pytest.raises(KeyboardInterrupt):
+        study.main(args)
+    stored = json.loads((tmp_path / "w" / "paraphrases.json").read_text())
+    assert len(calls) == 3 and first["original"] not in [q for c in calls for q in c]  # 1 train + 2 dev questions
+    assert first in stored["train_strong"] and len(stored["train_strong"]) == len(stored["dev_strong"]) == 2
