@@ -275,7 +275,10 @@ def tables(result: Mapping[str, Any]) -> str:
                     ["run", "stage", "recipe", "labels", "lr", "epochs", "recall@3", "BM25 recall@3", "MRR@10",
                      "BM25 MRR@10", "eligible", "train s"], rows),
                 f"\nSelected per recipe: {json.dumps(sel.get('per_recipe', {}))}; headline: {sel.get('headline')}; "
-                f"no eligible student: {sel.get('no_eligible_student') or 'none'}.\n"]
+                f"no eligible student: {sel.get('no_eligible_student') or 'none'}.\n",
+                "\n`train s`: the training's wall seconds, summed over the sessions a resumed run spans, with the "
+                "machine's other work at the time included: a record, not a cost measure (the plan's costs: "
+                "`benchmarks/results/cpu-dtype-students-cpu.json`).\n"]
     if (pr := steps.get("probe")):
         tr, ho = pr.get("train_fidelity") or {}, pr.get("held_out_fidelity") or {}
         out += ["## The moi_attn probe (fidelity to the masked labels)\n", markdown_table(
