@@ -39,6 +39,7 @@ __all__ = [
     "write_json",
     "save_figure",
     "append_jsonl",
+    "partial_path",
     "progress_enabled",
     "progress",
     "creation_mode",
@@ -654,6 +655,12 @@ def read_appended_jsonl(path: str | os.PathLike[str], with_lines: bool = False) 
 def write_jsonl(path: str | os.PathLike[str], rows: Iterable[dict[str, Any]]) -> None:
     """Write rows as JSONL atomically."""
     atomic_write_text(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+
+
+def partial_path(out: str | os.PathLike[str]) -> Path:
+    """The append-only file a resumable run keeps beside its result ``out``: ``<out>.partial.jsonl``."""
+    out = Path(out)
+    return out.with_name(out.name + ".partial.jsonl")
 
 
 def append_jsonl(path: str | os.PathLike[str], rows: Iterable[dict[str, Any]]) -> None:

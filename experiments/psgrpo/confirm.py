@@ -332,7 +332,6 @@ def run(config: Mapping[str, Any]) -> int:
         gen = Generator(model, device=a.device, dtype=dtype, template="auto", passage_max_tokens=a.passage_max_tokens,
                         batch_size=8, show_progress=False)
         part = Path(a.workdir) / "evaluations" / f"{arm}-seed{seed}.partial.jsonl"  # a killed evaluation resumes
-        part.parent.mkdir(parents=True, exist_ok=True)
         rep = evaluate_consistency(gen, dev, wordings, retriever=retriever, k=K, similarity="bleu2",
                                    max_new_tokens=max_new, partial=part, show_progress=False).to_dict()
         rows = rep.pop("per_set")

@@ -23,6 +23,7 @@ from ragkit.cli._common import (
     set_requirements,
 )
 from ragkit.datasets import detect_format
+from ragkit.io import partial_path
 
 logger = logging.getLogger(__name__)
 
@@ -259,7 +260,7 @@ def _run_sweep(args: argparse.Namespace) -> int:
     recs = pool[: args.limit]
     gen = _generator(args)
     t0 = time.perf_counter()
-    partial = Path(args.out).with_name(Path(args.out).name + ".partial.jsonl")
+    partial = partial_path(args.out)
     res = position_sweep(gen, recs, k=args.k, slots=slots, pool=pool, seed=args.seed,
                          max_new_tokens=args.max_new_tokens, generate=not args.no_generate,
                          partial=partial, resume=args.resume)
@@ -313,7 +314,7 @@ def _run_consistency(args: argparse.Namespace) -> int:
         retr = build_retriever(cfg, pooled_corpus(recs))
     paras = paraphrase_sets(recs, n=args.n_paraphrases, source=args.paraphraser, generator=gen, seed=args.seed)
     t0 = time.perf_counter()
-    partial = Path(args.out).with_name(Path(args.out).name + ".partial.jsonl")
+    partial = partial_path(args.out)
     rep = evaluate_consistency(gen, recs, paras, retriever=retr, k=args.k, similarity=args.similarity,
                                max_new_tokens=args.max_new_tokens, partial=partial, resume=args.resume)
     d = rep.to_dict()

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from ragkit.eval.metrics import exact_match_max, f1_max
+from ragkit.generation.base import generator_fingerprint
 from ragkit.io import append_jsonl, progress, resume_appended_jsonl
 from ragkit.types import QARecord, RankedList
 
@@ -284,10 +285,8 @@ def evaluate_consistency(
     f = _pair_sim(similarity)
     entries: dict[int, dict[str, Any]] = {}
     if partial is not None:
-        fingerprint = {"model": str(getattr(generator, "name", "generator")), "k": k, "similarity": similarity,
+        fingerprint = {**generator_fingerprint(generator), "k": k, "similarity": similarity,
                        "max_new_tokens": max_new_tokens, "retriever": retriever is not None,
-                       "passage_max_tokens": getattr(generator, "passage_max_tokens", None),
-                       "template": getattr(getattr(generator, "template", None), "name", None),
                        "sets": [[r.id, *ps] for r, ps in zip(records, paraphrases)]}
         for row in resume_appended_jsonl(partial, {"_consistency": fingerprint}, resume, key="_consistency"):
             i = row.pop("_set")

@@ -78,7 +78,14 @@ from ragkit.eval.metrics import (
 )
 from ragkit.eval.stats import bootstrap_ci
 from ragkit.generation.base import metered
-from ragkit.io import append_jsonl, atomic_write_text, progress, resume_appended_jsonl, write_json
+from ragkit.io import (
+    append_jsonl,
+    atomic_write_text,
+    partial_path,
+    progress,
+    resume_appended_jsonl,
+    write_json,
+)
 from ragkit.models import check_dtype
 from ragkit.types import Passage, QARecord, RankedList
 
@@ -567,10 +574,6 @@ def _check_resumed_row(path: Path, line: int, row: Any) -> dict[str, Any]:
     return row
 
 
-def _partial_path(out: Path) -> Path:
-    return out.with_name(out.name + ".partial.jsonl")
-
-
 def recall_key(k: int) -> str:
     """The name of the prompt-recall metric for ``k`` prompt passages (``"recall@3"``)."""
     return f"recall@{int(k)}"
@@ -842,7 +845,7 @@ def run_eval(
     if len(set(ids)) != len(ids):
         raise ValueError("record ids are not unique; the runner keys outputs by (method, id)")
 
-    partial = _partial_path(out_path)
+    partial = partial_path(out_path)
     fp = cfg.fingerprint()
     finished_rows: dict[tuple[str, str], dict[str, Any]] | None = None  # the finished report's, read once
     if resume and not partial.exists() and out_path.is_file():

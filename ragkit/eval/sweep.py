@@ -45,6 +45,7 @@ from typing import Any
 import numpy as np
 
 from ragkit.eval.metrics import best_subspan_em
+from ragkit.generation.base import generator_fingerprint
 from ragkit.io import append_jsonl, progress, resume_appended_jsonl
 from ragkit.text import normalize_answer
 from ragkit.types import Passage, QARecord
@@ -306,10 +307,8 @@ def position_sweep(
 
     todo = list(range(len(settings)))
     if partial is not None:
-        fingerprint = {**config, "model": str(getattr(generator, "name", "generator")), "k": ks,
+        fingerprint = {**config, **generator_fingerprint(generator), "k": ks,
                        "slots": {str(kk): v for kk, v in slot_map.items()}, "score": score, "generate": generate,
-                       "passage_max_tokens": getattr(generator, "passage_max_tokens", None),
-                       "template": getattr(getattr(generator, "template", None), "name", None),
                        "questions": [r.id for r in recs]}
         if permutations:
             fingerprint["permutations"] = permutations

@@ -24,7 +24,7 @@ from ragkit.types import Passage
 if TYPE_CHECKING:  # pragma: no cover
     from ragkit.generation.prompts import PromptTemplate
 
-__all__ = ["ScoreResult", "OrderingRun", "GeneratorLike", "Cost", "metered", "charge"]
+__all__ = ["ScoreResult", "OrderingRun", "GeneratorLike", "Cost", "metered", "charge", "generator_fingerprint"]
 
 
 @dataclass
@@ -197,3 +197,11 @@ class GeneratorLike(Protocol):
     def clean_answer(self, text: str) -> str:
         """The answer inside a completion."""
         ...
+
+
+def generator_fingerprint(generator: Any) -> dict[str, Any]:
+    """What of a generator decides its outputs, for the fingerprint of a resumable run's partial file:
+    its name, passage cut and prompt template (read with ``getattr``: any :class:`GeneratorLike`)."""
+    return {"model": str(getattr(generator, "name", "generator")),
+            "passage_max_tokens": getattr(generator, "passage_max_tokens", None),
+            "template": getattr(getattr(generator, "template", None), "name", None)}
