@@ -168,11 +168,11 @@ _SYNONYMS: tuple[tuple[str, str], ...] = (
     ("older", "born earlier"),
 )
 _CONTRACTIONS: tuple[tuple[str, str], ...] = (
-    ("What is", "What's"),
-    ("Who is", "Who's"),
-    ("Where is", "Where's"),
-    ("When is", "When's"),
-    ("How is", "How's"),
+    ("what is", "what's"),
+    ("who is", "who's"),
+    ("where is", "where's"),
+    ("when is", "when's"),
+    ("how is", "how's"),
     ("is not", "isn't"),
     ("was not", "wasn't"),
     ("are not", "aren't"),
@@ -252,11 +252,17 @@ def _reorderings(q: str) -> list[str]:
 
 
 def _swap_words(text: str, pairs: Sequence[tuple[str, str]]) -> list[str]:
-    """One rewrite per applicable pair (both directions, whole words, case of the first letter kept)."""
+    """One rewrite per applicable pair (both directions, whole words, case of the first letter kept).
+
+    A lower-case entry matches whatever the case of its first letter ("who is" also swaps a
+    sentence-initial "Who is"); an entry with a capital ("US", "American") is a name and matches
+    only as written, so the pronoun "us" never becomes "American".
+    """
     out = []
     for a, b in pairs:
         for src, dst in ((a, b), (b, a)):
-            pat = re.compile(rf"\b{re.escape(src)}\b", re.IGNORECASE)
+            flags = re.IGNORECASE if src == src.lower() else 0
+            pat = re.compile(rf"\b{re.escape(src)}\b", flags)
             if pat.search(text):
 
                 def repl(mt: re.Match[str], dst: str = dst) -> str:

@@ -50,6 +50,16 @@ def test_rule_paraphraser_seed_changes_choice_and_rules_apply() -> None:
     assert any(c.startswith("I want to know") for c in cands)
 
 
+def test_rule_swaps_keep_the_case_of_the_text_and_names_match_as_written() -> None:
+    cands = RuleParaphraser(shuffle=False).candidates("What role was played by the actor who is replaced by him?")
+    assert any("the actor who's replaced" in c for c in cands)
+    assert not any("Who's" in c for c in cands)  # a mid-sentence contraction stays lower-case
+    cands = RuleParaphraser(shuffle=False).candidates("Who is the US band that played for us?")
+    assert "Who's the US band that played for us?" in cands
+    assert "Who is the American band that played for us?" in cands
+    assert not any("for American" in c or "for US" in c for c in cands)  # the pronoun is not the name
+
+
 def test_rule_paraphraser_errors() -> None:
     with pytest.raises(ValueError, match="single string"):
         RuleParaphraser().paraphrase("What?", 2)  # type: ignore[arg-type]
