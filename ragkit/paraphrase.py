@@ -67,6 +67,7 @@ __all__ = [
     "ParaphraseSet",
     "RewriteFilter",
     "build_paraphrase_sets",
+    "keeps_question_form",
     "key_terms",
     "paraphrase_key",
     "set_diversity",
@@ -430,7 +431,18 @@ class RewriteFilter:
       or one swapped word is not a new wording);
     * ``"off_topic"`` when it drops one of the original's :func:`key_terms` (numbers, names);
     * ``"leaks_answer"`` when it contains a gold answer (SQuAD-normalised, whole words) that the
-      original does not: the rewrite would answer itself.
+      original does not: the rewrite would answer itself;
+    * ``"not_a_question"`` when it loses the original's question form (:func:`keeps_question_form`):
+      a question rewritten as a statement, a wh-question as a yes/no one, or the reverse.
+
+    The question-form check is on by default because a small rewriter often answers or reframes
+    instead of rewording ("Which is bigger, A or B?" -> "A is bigger than B."), and the other checks
+    let that through: of 343 rewrites of HotpotQA questions by Qwen2.5-Coder-0.5B-Instruct, labelled
+    by hand (``experiments/psgrpo/paraphrase_audit.json``), 201 asked another question; this check
+    rejects 62 of those, 10 of the 142 that kept the question (cloze forms such as "... is which
+    player?" pass; "... is [player's name]." does not) and none of the 245 rule rewrites of the same
+    questions. The rest of the changed ones (a dropped hop, a reversed relation) need a reader or a
+    model to catch.
 
     Parameters
     ----------
@@ -438,13 +450,17 @@ class RewriteFilter:
         Rewrites at or above this token overlap with the original are copies.
     keep_terms
         Apply the on-topic check.
+    question_form
+        Apply the question-form check.
     """
 
     max_jaccard: float = 0.8
     keep_terms: bool = True
+    question_form: bool = True
 
     def reject(self, original: str, rewrite: str, answers: Sequence[str] = ()) -> str | None:
-        """The reason ``rewrite`` fails (``"copy"``, ``"off_topic"``, ``"leaks_answer"``) or ``None`` when it passes."""
+        """The reason ``rewrite`` fails (``"copy"``, ``"off_topic"``, ``"leaks_answer"``, ``"not_a_question"``) or
+        ``None`` when it passes."""
         if token_jaccard(original, rewrite) >= self.max_jaccard:
             return "copy"
         if self.keep_terms and not key_terms(original) <= set(paraphrase_key(rewrite).split()):
@@ -454,7 +470,54 @@ class RewriteFilter:
             na = normalize_answer(a)
             if na and f" {na} " in new and f" {na} " not in orig:
                 return "leaks_answer"
+        if self.question_form and not keeps_question_form(original, rewrite):
+            return "not_a_question"
         return None
+
+
+_WH_WORD_RE = re.compile(r"\b(?:what|which|who|whom|whose|when|where|why|how)\b", re.IGNORECASE)
+_YES_NO_RE = re.compile(r"^(?:is|are|was|were|am|do|does|did|has|have|had|can|could|will|would|should|shall|may|"
+                        r"might|must)\b", re.IGNORECASE)
+
+
+_REQUEST_RE = re.compile(r"^(?:please\s+)?(?:tell me|i want to know|i would like to know|i'd like to know|name|give|"
+                         r"list|identify|say)\b", re.IGNORECASE)
+
+
+_FRAME_RE = re.compile(r"^(?:please\s+)?(?:(?:can|could|would|will)\s+you\s+(?:please\s+)?tell\s+me|do\s+you\s+know|"
+                       r"i\s+wonder|i'm\s+curious|quick\s+question|question|here\s+is\s+my\s+question)\s*[:,]?\s*",
+                       re.IGNORECASE)
+
+
+def _question_kind(text: str) -> str:
+    """``"yes_no"`` (starts with an auxiliary verb), ``"wh"`` (has an English wh-word) or ``"other"``.
+
+    A request frame in front ("Can you tell me which ...", "Do you know: ...") is read past: it
+    starts with an auxiliary but wraps the question that follows.
+    """
+    t = _FRAME_RE.sub("", text.strip(), count=1)
+    if _YES_NO_RE.match(t):
+        return "yes_no"
+    return "wh" if _WH_WORD_RE.search(t) else "other"
+
+
+def keeps_question_form(original: str, rewrite: str) -> bool:
+    """Whether ``rewrite`` asks in the way ``original`` does.
+
+    It must have a ``?`` when the original does (or be a request: "Tell me ...", "I would like to
+    know ...", "Name ..."), keep a wh-word when the original is a
+    wh-question, and not turn a yes/no question into a wh-question. The wh-words are English; in
+    another language only the question mark is checked. A rewrite that drops the wh-word but keeps
+    the question mark ("The sport played at the BayArena since 1958?") fails too: such echo-questions
+    read as yes/no questions to a small model as often as not.
+    """
+    o, r = original.strip(), rewrite.strip()
+    if "?" in o and not ("?" in r or _REQUEST_RE.match(r)):
+        return False
+    fo, fr = _question_kind(o), _question_kind(r)
+    if fo == "wh" and fr != "wh":
+        return False
+    return not (fo == "yes_no" and fr == "wh")
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from ragkit.paraphrase import (
     RuleParaphraser,
     build_paraphrase_sets,
     clean_paraphrase,
+    keeps_question_form,
     key_terms,
     paraphrase_key,
     set_diversity,
@@ -116,6 +117,35 @@ def test_rewrite_filter_terms_and_diversity() -> None:
     d = set_diversity(["What is it?", "what is it", "Tell me what it is."])
     assert d["identical_share"] == pytest.approx(1 / 3) and 0 < d["mean_jaccard"] < 1
     assert set_diversity(["one"]) == {"mean_jaccard": 0.0, "identical_share": 0.0}
+
+
+@pytest.mark.parametrize(("original", "rewrite", "keeps"), [
+    ("Which is bigger, A or B?", "Which is larger, A or B?", True),
+    ("Which is bigger, A or B?", "A is bigger than B.", False),  # a statement that answers
+    ("Which is bigger, A or B?", "A is bigger than B?", False),  # a wh-question turned yes/no
+    ("Which is bigger, A or B?", "Is A bigger than B?", False),
+    ("Which is bigger, A or B?", "Can you tell me which is bigger, A or B?", True),  # a frame, not a yes/no
+    ("Which is bigger, A or B?", "Do you know: A or B, which is bigger?", True),
+    ("Which is bigger, A or B?", "Tell me which is bigger, A or B.", True),  # a request
+    ("Which is bigger, A or B? ", "Which is bigger, A or B? Please answer briefly.", True),
+    ("Were both X and Y actors?", "Were X and Y both actors?", True),
+    ("Were both X and Y actors?", "X and Y were both actors of which film?", False),  # yes/no turned wh
+    ("Were both X and Y actors?", "Could you tell me: were X and Y both actors?", True),
+    ("Name a member of the band.", "Who is a member of the band?", True),  # no "?" in the original
+])
+def test_keeps_question_form(original: str, rewrite: str, keeps: bool) -> None:
+    assert keeps_question_form(original, rewrite) is keeps
+    reason = RewriteFilter(max_jaccard=1.01, keep_terms=False).reject(original, rewrite)
+    assert reason == (None if keeps else "not_a_question")
+    assert RewriteFilter(max_jaccard=1.01, keep_terms=False, question_form=False).reject(original, rewrite) is None
+
+
+def test_rule_rewrites_keep_the_question_form() -> None:
+    qs = ["Which magazine was started first, Arthur's Magazine or First for Women?", "Are both X and Y actors?",
+          "What is the capital of France?", "The band formed in what city?", "Who is older, A or B?"]
+    for q in qs:
+        for c in RuleParaphraser(shuffle=False).candidates(q):
+            assert keeps_question_form(q, c), (q, c)
 
 
 class ScriptedGenerator:
