@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -15,14 +13,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def audit() -> ModuleType:
-    path = ROOT / "experiments" / "psgrpo" / "audit.py"
-    spec = importlib.util.spec_from_file_location("ragkit_study_psgrpo_audit", path)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
+def audit(load_bench) -> ModuleType:
+    """The script as a module (``psgrpo/...``: the CORD study has a ``confirm.py`` too)."""
+    return load_bench("psgrpo/audit")
 
 
 def test_set_values_split_the_wordings_by_label(audit: ModuleType) -> None:

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -14,15 +12,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def study() -> ModuleType:
-    """The script as a module (by path: the CORD study has a ``confirm.py`` too)."""
-    path = ROOT / "experiments" / "psgrpo" / "confirm.py"
-    spec = importlib.util.spec_from_file_location("ragkit_study_psgrpo_confirm", path)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
+def study(load_bench) -> ModuleType:
+    """The script as a module (``psgrpo/...``: the CORD study has a ``confirm.py`` too)."""
+    return load_bench("psgrpo/confirm")
 
 
 def test_arm_rewards_and_rows_come_from_the_plan(study: ModuleType) -> None:
