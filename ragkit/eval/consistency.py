@@ -133,7 +133,8 @@ def paraphrase_sets(
 
     ``source``: ``"data"`` (``metadata["paraphrases"]``), ``"rule"``
     (:class:`ragkit.paraphrase.RuleParaphraser`), ``"llm"``
-    (:class:`~ragkit.paraphrase.LLMParaphraser` through ``generator``) or ``"auto"``
+    (:class:`~ragkit.paraphrase.LLMParaphraser` through ``generator``, screened by
+    :class:`~ragkit.paraphrase.RewriteFilter`, the rule paraphraser filling in for rejected samples) or ``"auto"``
     (data when every record has paraphrases, else rule).
     """
     if n < 1:
@@ -155,7 +156,7 @@ def paraphrase_sets(
         else:
             if generator is None:
                 raise ValueError("the LLM paraphraser needs a generator")
-            para = P.LLMParaphraser(generator, seed=seed)
+            para = P.LLMParaphraser(generator, seed=seed, rewrite_filter=P.RewriteFilter())
         paras = para.paraphrase(questions, n)
     else:
         raise ValueError(f"unknown paraphrase source {source!r}; use data, rule, llm or auto")

@@ -679,9 +679,10 @@ def build_training_sets(config: PSGRPOConfig, generator: Generator | None = None
     """The paraphrase sets of ``config.data_file``: the file's own, or built with ``config.paraphraser``.
 
     ``generator`` is the model that writes LLM paraphrases (``paraphraser="llm"``; default: the
-    policy model loaded through :class:`~ragkit.generation.Generator`).
+    policy model loaded through :class:`~ragkit.generation.Generator`); its samples are screened by
+    :class:`~ragkit.paraphrase.RewriteFilter`, and the rule paraphraser fills in for rejected ones.
     """
-    from ragkit.paraphrase import LLMParaphraser, RuleParaphraser, build_paraphrase_sets
+    from ragkit.paraphrase import LLMParaphraser, RewriteFilter, RuleParaphraser, build_paraphrase_sets
 
     if not config.data_file:
         raise ValueError("no training data: pass --data_file FILE (or set data_file in --config)")
@@ -701,7 +702,9 @@ def build_training_sets(config: PSGRPOConfig, generator: Generator | None = None
             from ragkit.generation import Generator
 
             generator = Generator(config.model, device=str(config.device.type))
-        para: Any = LLMParaphraser(generator, seed=config.seed)
+        # screened: a small rewriter's unscreened samples often copy, answer or re-ask the question
+        # (RewriteFilter), and a set that asks different questions teaches agreement across them
+        para: Any = LLMParaphraser(generator, seed=config.seed, rewrite_filter=RewriteFilter())
     else:
         para = RuleParaphraser(seed=config.seed)
     mp = config.max_passages

@@ -160,6 +160,18 @@ class ScriptedGenerator:
         return [list(self.rounds[seed]) for _ in prompts]
 
 
+def test_consistency_llm_paraphrases_are_screened() -> None:
+    from ragkit.eval.consistency import paraphrase_sets
+    from ragkit.types import QARecord
+
+    rec = QARecord(id="q", question="Which is bigger, Paris or Lyon?", answers=("Paris",))
+    gen = ScriptedGenerator([["Paris is bigger than Lyon.", "Of Paris and Lyon, which one is larger in size?"]])
+    sets = paraphrase_sets([rec], n=2, source="llm", generator=gen)
+    assert sets[0][1] == "Of Paris and Lyon, which one is larger in size?"
+    assert "Paris is bigger than Lyon." not in sets[0]  # a statement, not the question: the rules fill in
+    assert len(sets[0]) == 3
+
+
 def test_llm_paraphraser_filters_and_retries() -> None:
     q = "What is the capital of France?"
     gen = ScriptedGenerator([

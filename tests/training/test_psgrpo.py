@@ -16,6 +16,7 @@ from ragkit.training.psgrpo import (
     ParaphraseSetReward,
     ParaphraseSetSampler,
     PSGRPOConfig,
+    build_training_sets,
     select_passages,
 )
 
@@ -97,6 +98,21 @@ def test_settings_validation(tmp_path) -> None:
         PSGRPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=5)
     with pytest.raises(ValueError, match="output_dir is required"):
         PSGRPOConfig()
+
+
+def test_llm_training_paraphrases_are_screened(tmp_path) -> None:
+    """A sampled rewrite the screen rejects (off topic here) is replaced by a rule rewrite."""
+    from importlib.resources import files
+
+    class OneAnswer:  # the rewriter: every sample the same off-topic line
+        def generate(self, prompts, n=1, **_kw):
+            return [["Tell me nothing at all?"] * n for _ in prompts]
+
+    data = str(files("ragkit") / "data" / "hotpotqa_dev_sample.jsonl")
+    cfg = PSGRPOConfig(output_dir=str(tmp_path), data_file=data, limit=2, paraphraser="llm", paraphrases=3)
+    sets = build_training_sets(cfg, generator=OneAnswer())
+    assert len(sets) == 2 and all(len(s) == 3 for s in sets)
+    assert not any("Tell me nothing at all?" in s.paraphrases for s in sets)
 
 
 def test_grpo_config_is_explicit(tmp_path) -> None:
