@@ -323,6 +323,15 @@ def run(config: Mapping[str, Any]) -> int:
         write_result(out, result, device=a.device)
         return summary["final_dir"]
 
+    def arm_summary(arm: str) -> None:
+        """The arm's evaluated ``seeds``, ``n_sets`` and metrics (mean over seeds), kept current in every write."""
+        v = result["arms"].setdefault(arm, {"per_seed": {}})
+        done = sorted(int(s) for s, r in v["per_seed"].items() if "evaluation" in r)
+        v["seeds"] = done
+        v["n_sets"] = v["per_seed"][str(done[0])]["evaluation"]["n_sets"] if done else 0
+        v["metrics"] = {m: float(np.mean([v["per_seed"][str(s)]["evaluation"]["metrics"][m] for s in done]))
+                        for m in METRICS} if done else {}
+
     def evaluate(arm: str, seed: int) -> None:
         rec = arm_rec(arm, seed)
         if rec.get("evaluation", {}).get("n_sets") == len(dev):
@@ -340,6 +349,7 @@ def run(config: Mapping[str, Any]) -> int:
         result.setdefault("retrieved", {e["qid"]: e.get("retrieved") for e in rows})  # BM25: the same for every arm
         rec["evaluation"] = {"n_sets": len(per), "summary": rep, "per_set": per,
                              "metrics": {m: float(np.nanmean([v[m] for v in per.values()])) for m in METRICS}}
+        arm_summary(arm)
         write_result(out, result, device=a.device)
         logging.info("%s seed %d: %s", arm, seed, {m: round(v, 3) for m, v in rec["evaluation"]["metrics"].items()})
 
@@ -352,12 +362,7 @@ def run(config: Mapping[str, Any]) -> int:
             if arm != "base" and seed in seeds_of[arm]:
                 evaluate(arm, seed)
     for arm in arms:
-        v = result["arms"].setdefault(arm, {"per_seed": {}})
-        done = sorted(int(s) for s, r in v["per_seed"].items() if "evaluation" in r)
-        v["seeds"] = done
-        v["n_sets"] = v["per_seed"][str(done[0])]["evaluation"]["n_sets"] if done else 0
-        v["metrics"] = {m: float(np.mean([v["per_seed"][str(s)]["evaluation"]["metrics"][m] for s in done]))
-                        for m in METRICS} if done else {}
+        arm_summary(arm)
 
     # 3. contrasts and the decision
     result["contrasts"] = contrasts(result["arms"], plan["intervals"]["headline_contrasts"], a.n_boot)
