@@ -177,6 +177,17 @@ def run(config: Mapping[str, Any]) -> int:
             write_result(out, result)
         return str(final)
 
+    def arm_summary(v: dict[str, Any]) -> None:
+        """An arm's ``seeds`` and ``n_questions`` (its k = 10 evaluation sweeps) and per-seed metrics, kept
+        current in every write."""
+        seeds = sorted(int(s) for s, r in v["per_seed"].items() if "evaluation-k10" in r.get("sweeps", {}))
+        v["seeds"] = seeds
+        v["n_questions"] = (len(v["per_seed"][str(seeds[0])]["sweeps"]["evaluation-k10"]["per_question_metrics"])
+                            if seeds else 0)
+        for s in seeds:
+            pqm = v["per_seed"][str(s)]["sweeps"]["evaluation-k10"]["per_question_metrics"]
+            v["per_seed"][str(s)]["metrics"] = {m: float(np.nanmean([q[m] for q in pqm.values()])) for m in METRICS}
+
     def sweep(arm: str, seed: int, key: str, k: int, permutations: int) -> dict[str, Any]:
         rec = result["arms"].setdefault(arm, {"per_seed": {}})["per_seed"].setdefault(str(seed), {})
         label = f"{key}-k{k}"
@@ -194,6 +205,7 @@ def run(config: Mapping[str, Any]) -> int:
         entry = {"summary": d["summary"], "rows": d["rows"], "per_question": d["per_question"],
                  "per_question_metrics": question_metrics(res, k)}
         rec.setdefault("sweeps", {})[label] = entry
+        arm_summary(result["arms"][arm])
         write_result(out, result)
         return entry
 
@@ -239,12 +251,7 @@ def run(config: Mapping[str, Any]) -> int:
         for seed in [0] + (second["seeds"] if arm in ("shuffle", result["best_cord"]) else []):
             evaluate_model(arm, seed)  # BEST_CORD's k = 20 at seed 0, base's sweeps; the rest are recorded
     for v in result["arms"].values():
-        seeds = sorted(int(s) for s, r in v["per_seed"].items() if "evaluation-k10" in r.get("sweeps", {}))
-        v["seeds"] = seeds
-        v["n_questions"] = len(v["per_seed"]["0"]["sweeps"]["evaluation-k10"]["per_question_metrics"]) if seeds else 0
-        for s in seeds:
-            pqm = v["per_seed"][str(s)]["sweeps"]["evaluation-k10"]["per_question_metrics"]
-            v["per_seed"][str(s)]["metrics"] = {m: float(np.nanmean([q[m] for q in pqm.values()])) for m in METRICS}
+        arm_summary(v)
     if a.stage == "evaluate":
         write_result(out, result)
         return 0

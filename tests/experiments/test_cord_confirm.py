@@ -92,8 +92,10 @@ def test_a_lost_work_folder_retrains_no_swept_model(study: ModuleType, tiny_lm_d
     monkeypatch.setattr(cord, "train_cord", stop_at_second)
     with pytest.raises(Stop):
         study.main(args)
-    first = json.loads(out.read_text())["arms"]["shuffle"]["per_seed"]["0"]
+    partial = json.loads(out.read_text())["arms"]["shuffle"]
+    first = partial["per_seed"]["0"]
     assert {"evaluation-k10", "evaluation-k20"} <= set(first["sweeps"])  # swept before the next arm trains
+    assert partial["seeds"] == [0] and partial["n_questions"] == 2  # a partial JSON names them too
     shutil.rmtree(work)
     seen.clear()
     monkeypatch.setattr(cord, "train_cord", lambda examples, config: seen.append(config.loss) or real(examples, config))
