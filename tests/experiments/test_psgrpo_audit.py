@@ -63,3 +63,20 @@ def test_run_on_a_small_confirmation(audit: ModuleType, tmp_path: Path) -> None:
     aud.write_text(json.dumps({"status": "x", "labelled_by": "x", "when": "x", "labels": {"dev_strong": {}}}))
     with pytest.raises(SystemExit, match="no labels"):
         audit.run({"results": str(res), "audit": str(aud), "out": str(out), "n_boot": 50})
+
+
+def test_rewrite_prompt_score_unblinds(load_bench, tmp_path: Path) -> None:
+    rp = load_bench("psgrpo/rewrite_prompt")
+    pairs = [{"id": "p000", "prompt": "library"}, {"id": "p001", "prompt": "candidate"},
+             {"id": "p002", "prompt": "library"}]
+    key = {"fallback": {"library": 0, "candidate": 1}, "pairs": pairs}
+    out, labels = tmp_path / "k.json", tmp_path / "l.json"
+    out.write_text(json.dumps(key))
+    labels.write_text(json.dumps({"labels": {"p000": "same", "p001": "changed"}}))
+    with pytest.raises(SystemExit, match="unlabelled"):
+        rp.run({"out": str(out), "score": str(labels)})
+    labels.write_text(json.dumps({"labels": {"p000": "same", "p001": "changed", "p002": "changed"}}))
+    assert rp.run({"out": str(out), "score": str(labels)}) == 0
+    s = json.loads(out.read_text())["scores"]
+    assert s["library"] == {"same": 1, "changed": 1, "same_share": 0.5}
+    assert s["candidate"]["same_share"] == 0.0
