@@ -475,15 +475,11 @@ class RewriteFilter:
         return None
 
 
-_WH_WORD_RE = re.compile(r"\b(?:what|which|who|whom|whose|when|where|why|how)\b", re.IGNORECASE)
+_WH_WORD_RE = re.compile(rf"\b(?:{'|'.join(_WH)})\b", re.IGNORECASE)
 _YES_NO_RE = re.compile(r"^(?:is|are|was|were|am|do|does|did|has|have|had|can|could|will|would|should|shall|may|"
                         r"might|must)\b", re.IGNORECASE)
-
-
 _REQUEST_RE = re.compile(r"^(?:please\s+)?(?:tell me|i want to know|i would like to know|i'd like to know|name|give|"
                          r"list|identify|say)\b", re.IGNORECASE)
-
-
 _FRAME_RE = re.compile(r"^(?:please\s+)?(?:(?:can|could|would|will)\s+you\s+(?:please\s+)?tell\s+me|do\s+you\s+know|"
                        r"i\s+wonder|i'm\s+curious|quick\s+question|question|here\s+is\s+my\s+question)\s*[:,]?\s*",
                        re.IGNORECASE)

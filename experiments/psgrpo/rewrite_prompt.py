@@ -83,23 +83,22 @@ def run(config: Mapping[str, Any]) -> int:
     model = resolve_generator_path(a.model)
     gen = Generator(model, device="cpu", dtype=a.dtype, template="auto", batch_size=8, show_progress=False)
     prompts = {"library": library_prompt, "candidate": CANDIDATE}
-    pairs: list[dict[str, Any]] = []
+    rewrites: list[dict[str, Any]] = []
+    fallback: dict[str, int] = {}
     for name, prompt in prompts.items():
         rep = LLMParaphraser(gen, seed=a.seed, prompt=prompt, tries=1).paraphrase_with_report(
             [r.question for r in recs], a.n)
         for r, ps, fb in zip(recs, rep.paraphrases, rep.fallback):
             for i, text in enumerate(ps[: len(ps) - fb]):  # the rule fallback's rewrites are not the prompt's
-                pairs.append({"question_id": r.id, "question": r.question, "rewrite": text, "prompt": name,
-                              "index": i})
-        pairs_fb = sum(rep.fallback)
-        pairs.append({"prompt": name, "fallback_count": pairs_fb, "summary": True})
-    rewrites = [x for x in pairs if not x.get("summary")]
+                rewrites.append({"question_id": r.id, "question": r.question, "rewrite": text, "prompt": name,
+                                 "index": i})
+        fallback[name] = rep.fallback_count
     random.Random(a.seed).shuffle(rewrites)
     for i, x in enumerate(rewrites):
         x["id"] = f"p{i:03d}"
     result = {"what": __doc__.split("\n\n")[0], "rows": [start, end], "n": a.n, "seed": a.seed, "dtype": a.dtype,
               "model": rel(Path(model)), "prompts": prompts,
-              "fallback": {x["prompt"]: x["fallback_count"] for x in pairs if x.get("summary")},
+              "fallback": fallback,
               "pairs": rewrites, "machine": machine_info("cpu")}
     write_result(out, result)
     blind = out.with_name(out.stem + ".blind.json")
