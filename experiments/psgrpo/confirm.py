@@ -23,7 +23,9 @@ evaluations from their partial files (10 dev sets a chunk), finished arms and se
    wordings; the base model is evaluated once (one "seed");
 3. the headline contrasts with two-level (seed, set) paired bootstrap intervals, Holm-adjusted
    p-values and Bonferroni-widened intervals (``ragkit.eval.stats.contrast_family``), secondary
-   contrasts without correction, and the decision rule's verdict.
+   contrasts without correction, and the decision rule's verdict. The contrasts are written after
+   every evaluation (``contrasts_status`` says "interim" until every planned arm and seed is in);
+   the verdict stays "pending" until then.
 
     python3 experiments/psgrpo/confirm.py --model "$(bash $RAGKIT_DATA/../tools/get_qwen05.sh)" \\
         --workdir /work/runs/psgrpo-confirm --out experiments/psgrpo/results/confirm-qwen-cpu.json
@@ -149,8 +151,28 @@ def contrasts(arms: Mapping[str, Mapping[str, Any]], names: Sequence[str], n_boo
     return contrast_family(pairs, n_boot=n_boot, seed=0)
 
 
-def decide(plan: Mapping[str, Any], headline: Mapping[str, Any]) -> dict[str, Any]:
-    """The plan's decision rule on the headline contrasts (Bonferroni-widened bounds; see the module docstring)."""
+def missing_seeds(plan: Mapping[str, Any], arms: Mapping[str, Mapping[str, Any]]) -> dict[str, list[int]]:
+    """The plan's arms and seeds not evaluated yet (``{}`` once the plan is carried out); base has one "seed", 0."""
+    out = {}
+    for arm, spec in plan["arms"].items():
+        planned = {0} if arm == "base" else {int(s) for s in spec["seeds"]}
+        todo = sorted(planned - set(arms.get(arm, {}).get("seeds", [])))
+        if todo:
+            out[arm] = todo
+    return out
+
+
+def decide(plan: Mapping[str, Any], headline: Mapping[str, Any],
+           missing: Mapping[str, Sequence[int]] | None = None) -> dict[str, Any]:
+    """The plan's decision rule on the headline contrasts (Bonferroni-widened bounds; see the module docstring).
+
+    The verdict waits for every planned arm and seed (``missing``, from :func:`missing_seeds`): contrasts
+    on the seeds evaluated so far are an interim look, and a verdict read off them would be decided on
+    fewer seeds than the plan fixed.
+    """
+    if missing:
+        return {"verdict": "pending", "why": "not evaluated yet: " + "; ".join(
+            f"{arm} seed(s) {', '.join(map(str, s))}" for arm, s in missing.items())}
     need = {"c_base": "psgrpo - base (generator consistency)", "f1_base": "psgrpo - base (f1)",
             "c_acc": "psgrpo - grpo_accuracy (generator consistency)"}
     got = {k: headline.get(v) for k, v in need.items()}
@@ -350,8 +372,19 @@ def run(config: Mapping[str, Any]) -> int:
         rec["evaluation"] = {"n_sets": len(per), "summary": rep, "per_set": per,
                              "metrics": {m: float(np.nanmean([v[m] for v in per.values()])) for m in METRICS}}
         arm_summary(arm)
+        report()
         write_result(out, result, device=a.device)
         logging.info("%s seed %d: %s", arm, seed, {m: round(v, 3) for m, v in rec["evaluation"]["metrics"].items()})
+
+    def report() -> None:
+        """The contrasts among the arms and seeds evaluated so far, and the rule's verdict once all are."""
+        missing = missing_seeds(plan, result["arms"])
+        result["contrasts_status"] = ("final: every planned arm and seed" if not missing else
+                                      "interim: on the arms and seeds evaluated so far; the verdict waits for the rest")
+        result["contrasts"] = contrasts(result["arms"], plan["intervals"]["headline_contrasts"], a.n_boot)
+        result["contrasts_secondary"] = {m: contrasts(result["arms"], SECONDARY_PAIRS, a.n_boot, metric=m)
+                                         for m in SECONDARY_METRICS}
+        result["decision"] = decide(plan, result["contrasts"], missing)
 
     # 2. base once, then per seed every arm that has it (seed 0 of every arm first: a complete comparison early)
     arms = list(plan["arms"])
@@ -365,10 +398,7 @@ def run(config: Mapping[str, Any]) -> int:
         arm_summary(arm)
 
     # 3. contrasts and the decision
-    result["contrasts"] = contrasts(result["arms"], plan["intervals"]["headline_contrasts"], a.n_boot)
-    result["contrasts_secondary"] = {m: contrasts(result["arms"], SECONDARY_PAIRS, a.n_boot, metric=m)
-                                     for m in SECONDARY_METRICS}
-    result["decision"] = decide(plan, result["contrasts"])
+    report()
     write_result(out, result, device=a.device)
     print(table(result))
     return 0
@@ -386,7 +416,8 @@ def table(result: Mapping[str, Any]) -> str:
     for name, c in result.get("contrasts", {}).items():
         lines.append(f"| {name} | {c['mean']:+.3f} | [{c['lo']:+.3f}, {c['hi']:+.3f}] | "
                      f"[{c['lo_bonferroni']:+.3f}, {c['hi_bonferroni']:+.3f}] | {c['p_holm']:.3f} |")
-    return "\n".join(lines) + f"\n\nverdict: {result.get('decision', {}).get('verdict')}"
+    return ("\n".join(lines) + f"\n\ncontrasts: {result.get('contrasts_status')}"
+            f"\nverdict: {result.get('decision', {}).get('verdict')}")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -26,6 +26,23 @@ def test_arm_rewards_and_rows_come_from_the_plan(study: ModuleType) -> None:
     assert study.plan_rows(plan["evaluation"]["sets"]) == (200, 300)
 
 
+def test_the_verdict_waits_for_every_planned_seed(study: ModuleType) -> None:
+    """Interim contrasts (seed 0 of every arm) get no verdict, even when they would pass the rule."""
+    plan = json.loads((ROOT / "experiments" / "psgrpo" / "plan.json").read_text())
+    passing = {"mean": 0.2, "lo": 0.1, "hi": 0.3, "lo_bonferroni": 0.05, "hi_bonferroni": 0.35}
+    headline = {name: passing for name in plan["intervals"]["headline_contrasts"]}
+    arms = {"base": {"seeds": [0]}, "grpo_accuracy": {"seeds": [0]}, "psgrpo": {"seeds": [0]},
+            "psgrpo_template": {"seeds": [0]}}
+    missing = study.missing_seeds(plan, arms)
+    assert missing == {"grpo_accuracy": [1], "psgrpo": [1]}
+    d = study.decide(plan, headline, missing)
+    assert d["verdict"] == "pending" and "grpo_accuracy seed(s) 1" in d["why"] and "claim_holds" not in d
+    arms["grpo_accuracy"]["seeds"] = arms["psgrpo"]["seeds"] = [0, 1]
+    assert study.missing_seeds(plan, arms) == {}
+    assert study.decide(plan, headline, {})["claim_holds"] is True
+    assert study.missing_seeds(plan, {})["base"] == [0]
+
+
 def _small_plan(tmp_path: Path) -> Path:
     """The committed plan with one seed for psgrpo (the structure the script reads is the same)."""
     plan = json.loads((ROOT / "experiments" / "psgrpo" / "plan.json").read_text())
@@ -90,6 +107,7 @@ def test_plan_carried_out_on_a_tiny_model_then_resumed(study: ModuleType, tiny_l
                                                             - arms["base"]["metrics"]["f1"])
     assert set(r["contrasts_secondary"]["psr"]) == set(study.SECONDARY_PAIRS)
     assert r["decision"]["verdict"].startswith(("the claim holds", "the claim does not hold"))
+    assert r["contrasts_status"].startswith("final")
     # a re-run resumes: nothing is paraphrased, trained or evaluated again
     calls: list = []
     monkeypatch.setattr("ragkit.training.psgrpo.train_psgrpo", lambda *a, **k: calls.append("train"))
