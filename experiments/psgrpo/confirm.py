@@ -272,6 +272,21 @@ def run(config: Mapping[str, Any]) -> int:
                          "pass another --workdir")
     gen_base: Any = None
 
+    def arm_summary(arm: str) -> None:
+        """The arm's evaluated ``seeds``, ``n_sets`` and metrics (mean over seeds), kept current in every write."""
+        v = result["arms"].setdefault(arm, {"per_seed": {}})
+        done = sorted(int(s) for s, r in v["per_seed"].items() if "evaluation" in r)
+        v["seeds"] = done
+        v["n_sets"] = v["per_seed"][str(done[0])]["evaluation"]["n_sets"] if done else 0
+        v["metrics"] = {m: float(np.mean([v["per_seed"][str(s)]["evaluation"]["metrics"][m] for s in done]))
+                        for m in METRICS} if done else {}
+
+    def save() -> None:
+        """Write ``--out`` atomically, every arm's ``seeds``, ``n_sets`` and mean metrics brought up to date first."""
+        for arm in result["arms"]:
+            arm_summary(arm)
+        write_result(out, result, device=a.device)
+
     def make(name: str, recs: list, strong: bool) -> list[dict[str, Any]]:
         """The stored sets of ``recs``, the missing ones made :data:`PARAPHRASE_CHUNK` questions at a time and
         stored after each chunk (the rewriter samples for about an hour; a stopped run keeps what it made)."""
@@ -307,7 +322,7 @@ def run(config: Mapping[str, Any]) -> int:
     gen_base = None  # the rewriter's copy of the model is not needed again (memory for training)
     result["paraphrases"] = {name: {"file": rel(para_file), **diversity_summary(rows), "sets": rows}
                              for name, rows in paras.items()}
-    write_result(out, result, device=a.device)
+    save()
 
     def training_sets(kind: str) -> list:
         return [ParaphraseSet(set_id=r.id, original=r.question, paraphrases=tuple(p["paraphrases"]),
@@ -342,17 +357,8 @@ def run(config: Mapping[str, Any]) -> int:
             "reward_curve": [h.get("reward") for h in hist],
             "consistency_curve": [h.get("psgrpo/consistency") for h in hist],
             "gold_f1_curve": [h.get("psgrpo/gold_f1") for h in hist], "kl_curve": [h.get("kl") for h in hist]}
-        write_result(out, result, device=a.device)
+        save()
         return summary["final_dir"]
-
-    def arm_summary(arm: str) -> None:
-        """The arm's evaluated ``seeds``, ``n_sets`` and metrics (mean over seeds), kept current in every write."""
-        v = result["arms"].setdefault(arm, {"per_seed": {}})
-        done = sorted(int(s) for s, r in v["per_seed"].items() if "evaluation" in r)
-        v["seeds"] = done
-        v["n_sets"] = v["per_seed"][str(done[0])]["evaluation"]["n_sets"] if done else 0
-        v["metrics"] = {m: float(np.mean([v["per_seed"][str(s)]["evaluation"]["metrics"][m] for s in done]))
-                        for m in METRICS} if done else {}
 
     def evaluate(arm: str, seed: int) -> None:
         rec = arm_rec(arm, seed)
@@ -371,13 +377,14 @@ def run(config: Mapping[str, Any]) -> int:
         result.setdefault("retrieved", {e["qid"]: e.get("retrieved") for e in rows})  # BM25: the same for every arm
         rec["evaluation"] = {"n_sets": len(per), "summary": rep, "per_set": per,
                              "metrics": {m: float(np.nanmean([v[m] for v in per.values()])) for m in METRICS}}
-        arm_summary(arm)
         report()
-        write_result(out, result, device=a.device)
+        save()
         logging.info("%s seed %d: %s", arm, seed, {m: round(v, 3) for m, v in rec["evaluation"]["metrics"].items()})
 
     def report() -> None:
         """The contrasts among the arms and seeds evaluated so far, and the rule's verdict once all are."""
+        for arm in result["arms"]:
+            arm_summary(arm)
         missing = missing_seeds(plan, result["arms"])
         result["contrasts_status"] = ("final: every planned arm and seed" if not missing else
                                       "interim: on the arms and seeds evaluated so far; the verdict waits for the rest")
@@ -394,12 +401,10 @@ def run(config: Mapping[str, Any]) -> int:
         for arm in arms:
             if arm != "base" and seed in seeds_of[arm]:
                 evaluate(arm, seed)
-    for arm in arms:
-        arm_summary(arm)
 
     # 3. contrasts and the decision
     report()
-    write_result(out, result, device=a.device)
+    save()
     print(table(result))
     return 0
 

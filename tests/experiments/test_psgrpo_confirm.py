@@ -126,6 +126,28 @@ def test_plan_carried_out_on_a_tiny_model_then_resumed(study: ModuleType, tiny_l
         return {k: v if k == "made_with" else {r["set_id"]: r for r in v} for k, v in d.items()}
 
     assert by_id(again) == by_id(stored)
+    # every write keeps each arm's summary current, not only the arm just evaluated: a file from before the
+    # summaries existed, stopped while the next arm evaluates, already has them for all the others
+    old = json.loads(out.read_text())
+    for v in old["arms"].values():
+        for key in ("seeds", "n_sets", "metrics"):
+            v.pop(key)
+    del old["arms"]["psgrpo_template"]["per_seed"]["0"]["evaluation"]
+    out.write_text(json.dumps(old))
+
+    def stop(*a, **k):
+        raise RuntimeError("stopped")
+
+    monkeypatch.setattr("ragkit.training.psgrpo.train_psgrpo",
+                        lambda sets, cfg: {"final_dir": str(Path(cfg.output_dir) / "final"), "steps": 1})
+    monkeypatch.setattr("ragkit.eval.consistency.evaluate_consistency", stop)
+    with pytest.raises(RuntimeError, match="stopped"):
+        study.main([*args, "--allow-uncommitted-plan"])
+    stopped = json.loads(out.read_text())["arms"]
+    for arm in ("base", "grpo_accuracy", "psgrpo"):
+        assert {k: stopped[arm][k] for k in ("seeds", "n_sets", "metrics")} == \
+               {k: arms[arm][k] for k in ("seeds", "n_sets", "metrics")}
+    assert stopped["psgrpo_template"]["seeds"] == [] and stopped["psgrpo_template"]["n_sets"] == 0
     # other settings into the same JSON or work folder are refused, not mixed in
     with pytest.raises(SystemExit, match="other settings"):
         study.main([*args, "--max-new-tokens", "4", "--allow-uncommitted-plan"])
