@@ -135,9 +135,12 @@ def run(config: Mapping[str, Any]) -> int:
     train_file = a.train_file or str(data_path("hotpotqa", "train.jsonl"))
     sweep_file = a.sweep_file or str(data_path("nq_open", "nq-open-oracle.jsonl.gz"))
     out = Path(a.out)
-    result.update(smoke=smoke, model=rel(base),
-                  config={"max_questions": a.max_questions, "max_steps": a.max_steps,
-                          "passage_max_tokens": a.passage_max_tokens, "device": a.device})
+    config = {"max_questions": a.max_questions, "max_steps": a.max_steps, "passage_max_tokens": a.passage_max_tokens,
+              "device": a.device}
+    if result.get("config", config) != config or result.get("model", rel(base)) != rel(base):
+        raise SystemExit(f"{a.out} was written with other settings or another model "
+                         f"({result.get('config')}, {result.get('model')}); pass another --out")
+    result.update(smoke=smoke, model=rel(base), config=config)
     result.setdefault("arms", {})
     qs = plan["questions"]
     pool = load_dataset("nq-open", sweep_file)
@@ -174,7 +177,7 @@ def run(config: Mapping[str, Any]) -> int:
             summary = train_cord(examples, st)
             rec = result["arms"].setdefault(arm, {"per_seed": {}})["per_seed"].setdefault(str(seed), {})
             rec["train"] = {k: v for k, v in summary.items() if k != "settings"}
-            write_result(out, result)
+            save()
         return str(final)
 
     def arm_summary(v: dict[str, Any]) -> None:
@@ -187,6 +190,12 @@ def run(config: Mapping[str, Any]) -> int:
         for s in seeds:
             pqm = v["per_seed"][str(s)]["sweeps"]["evaluation-k10"]["per_question_metrics"]
             v["per_seed"][str(s)]["metrics"] = {m: float(np.nanmean([q[m] for q in pqm.values()])) for m in METRICS}
+
+    def save() -> None:
+        """Write ``--out`` atomically, every arm's ``seeds`` and ``n_questions`` brought up to date first."""
+        for v in result["arms"].values():
+            arm_summary(v)
+        write_result(out, result)
 
     def sweep(arm: str, seed: int, key: str, k: int, permutations: int) -> dict[str, Any]:
         rec = result["arms"].setdefault(arm, {"per_seed": {}})["per_seed"].setdefault(str(seed), {})
@@ -205,8 +214,7 @@ def run(config: Mapping[str, Any]) -> int:
         entry = {"summary": d["summary"], "rows": d["rows"], "per_question": d["per_question"],
                  "per_question_metrics": question_metrics(res, k)}
         rec.setdefault("sweeps", {})[label] = entry
-        arm_summary(result["arms"][arm])
-        write_result(out, result)
+        save()
         return entry
 
     trained_arms = [x for x in plan["arms"] if x != "base"]
@@ -235,7 +243,7 @@ def run(config: Mapping[str, Any]) -> int:
                                    ["per_question_metrics"].values()])) for arm in cord_arms}
     result["best_cord"] = min(spreads, key=spreads.get)
     result["selection_spread"] = spreads
-    write_result(out, result)
+    save()
     if a.stage == "select":
         return 0
     second = plan["seeds"]["second_round"]
@@ -250,10 +258,8 @@ def run(config: Mapping[str, Any]) -> int:
     for arm in ["base", *trained_arms]:
         for seed in [0] + (second["seeds"] if arm in ("shuffle", result["best_cord"]) else []):
             evaluate_model(arm, seed)  # BEST_CORD's k = 20 at seed 0, base's sweeps; the rest are recorded
-    for v in result["arms"].values():
-        arm_summary(v)
     if a.stage == "evaluate":
-        write_result(out, result)
+        save()
         return 0
     names = plan["intervals"]["headline_contrasts"]
     best_vs_shuffle = f"{result['best_cord']} - shuffle"
@@ -262,7 +268,7 @@ def run(config: Mapping[str, Any]) -> int:
     result["contrasts_secondary"] = {m: contrasts(result["arms"], secondary, m, "evaluation-k10", a.n_boot)
                                      for m in METRICS[1:]}
     result["decision"] = decide(plan, result)
-    write_result(out, result)
+    save()
     logging.info("decision: %s", result["decision"]["verdict"])
     return 0
 

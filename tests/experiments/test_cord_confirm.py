@@ -61,6 +61,9 @@ def test_plan_carried_out_on_a_tiny_model(study: ModuleType, tiny_lm_dir: Path, 
     calls: list = []
     monkeypatch.setattr("ragkit.training.cord.train_cord", lambda *a, **k: calls.append(a))
     assert study.main([*args, "--allow-uncommitted-plan"]) == 0 and calls == []
+    # other settings into the same JSON are refused, not mixed in with the sweeps already there
+    with pytest.raises(SystemExit, match="other settings"):
+        study.main([*args, "--max-questions", "2", "--allow-uncommitted-plan"])
 
 
 @pytest.mark.slow
