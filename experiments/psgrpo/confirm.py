@@ -156,7 +156,8 @@ def missing_seeds(plan: Mapping[str, Any], arms: Mapping[str, Mapping[str, Any]]
     out = {}
     for arm, spec in plan["arms"].items():
         planned = {0} if arm == "base" else {int(s) for s in spec["seeds"]}
-        todo = sorted(planned - set(arms.get(arm, {}).get("seeds", [])))
+        done = {int(s) for s, r in arms.get(arm, {}).get("per_seed", {}).items() if "evaluation" in r}
+        todo = sorted(planned - done)
         if todo:
             out[arm] = todo
     return out
@@ -383,8 +384,6 @@ def run(config: Mapping[str, Any]) -> int:
 
     def report() -> None:
         """The contrasts among the arms and seeds evaluated so far, and the rule's verdict once all are."""
-        for arm in result["arms"]:
-            arm_summary(arm)
         missing = missing_seeds(plan, result["arms"])
         result["contrasts_status"] = ("final: every planned arm and seed" if not missing else
                                       "interim: on the arms and seeds evaluated so far; the verdict waits for the rest")

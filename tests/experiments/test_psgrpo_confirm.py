@@ -31,13 +31,13 @@ def test_the_verdict_waits_for_every_planned_seed(study: ModuleType) -> None:
     plan = json.loads((ROOT / "experiments" / "psgrpo" / "plan.json").read_text())
     passing = {"mean": 0.2, "lo": 0.1, "hi": 0.3, "lo_bonferroni": 0.05, "hi_bonferroni": 0.35}
     headline = {name: passing for name in plan["intervals"]["headline_contrasts"]}
-    arms = {"base": {"seeds": [0]}, "grpo_accuracy": {"seeds": [0]}, "psgrpo": {"seeds": [0]},
-            "psgrpo_template": {"seeds": [0]}}
+    arms = {arm: {"per_seed": {"0": {"evaluation": {}}}} for arm in ("base", "grpo_accuracy", "psgrpo",
+                                                                     "psgrpo_template")}
     missing = study.missing_seeds(plan, arms)
     assert missing == {"grpo_accuracy": [1], "psgrpo": [1]}
     d = study.decide(plan, headline, missing)
     assert d["verdict"] == "pending" and "grpo_accuracy seed(s) 1" in d["why"] and "claim_holds" not in d
-    arms["grpo_accuracy"]["seeds"] = arms["psgrpo"]["seeds"] = [0, 1]
+    arms["grpo_accuracy"]["per_seed"]["1"] = arms["psgrpo"]["per_seed"]["1"] = {"evaluation": {}}
     assert study.missing_seeds(plan, arms) == {}
     assert study.decide(plan, headline, {})["claim_holds"] is True
     assert study.missing_seeds(plan, {})["base"] == [0]
