@@ -127,11 +127,15 @@ def diversity_summary(rows: Sequence[Mapping[str, Any]]) -> dict[str, float]:
             "fallback_share": sum(r.get("fallback", 0) for r in rows) / max(wordings, 1)}
 
 
+def evaluated(arm: Mapping[str, Any]) -> dict[int, dict[str, Any]]:
+    """An arm's evaluations by seed, in seed order (a seed trained but not yet evaluated is left out)."""
+    return {int(s): r["evaluation"] for s, r in sorted(arm.get("per_seed", {}).items(), key=lambda x: int(x[0]))
+            if "evaluation" in r}
+
+
 def per_seed_vectors(arm: Mapping[str, Any], metric: str) -> dict[str, list[float]]:
     """An arm's per-set values of one metric, by seed (sets in one sorted order)."""
-    seeds = {s: v for s, v in arm["per_seed"].items() if "evaluation" in v}
-    return {s: [v["evaluation"]["per_set"][q][metric] for q in sorted(v["evaluation"]["per_set"])]
-            for s, v in seeds.items()}
+    return {str(s): [e["per_set"][q][metric] for q in sorted(e["per_set"])] for s, e in evaluated(arm).items()}
 
 
 def contrasts(arms: Mapping[str, Mapping[str, Any]], names: Sequence[str], n_boot: int,
@@ -156,8 +160,7 @@ def missing_seeds(plan: Mapping[str, Any], arms: Mapping[str, Mapping[str, Any]]
     out = {}
     for arm, spec in plan["arms"].items():
         planned = {0} if arm == "base" else {int(s) for s in spec["seeds"]}
-        done = {int(s) for s, r in arms.get(arm, {}).get("per_seed", {}).items() if "evaluation" in r}
-        todo = sorted(planned - done)
+        todo = sorted(planned - set(evaluated(arms.get(arm, {}))))
         if todo:
             out[arm] = todo
     return out
@@ -276,11 +279,10 @@ def run(config: Mapping[str, Any]) -> int:
     def arm_summary(arm: str) -> None:
         """The arm's evaluated ``seeds``, ``n_sets`` and metrics (mean over seeds), kept current in every write."""
         v = result["arms"].setdefault(arm, {"per_seed": {}})
-        done = sorted(int(s) for s, r in v["per_seed"].items() if "evaluation" in r)
-        v["seeds"] = done
-        v["n_sets"] = v["per_seed"][str(done[0])]["evaluation"]["n_sets"] if done else 0
-        v["metrics"] = {m: float(np.mean([v["per_seed"][str(s)]["evaluation"]["metrics"][m] for s in done]))
-                        for m in METRICS} if done else {}
+        done = evaluated(v)
+        v["seeds"] = list(done)
+        v["n_sets"] = next(iter(done.values()))["n_sets"] if done else 0
+        v["metrics"] = {m: float(np.mean([e["metrics"][m] for e in done.values()])) for m in METRICS} if done else {}
 
     def save() -> None:
         """Write ``--out`` atomically, every arm's ``seeds``, ``n_sets`` and mean metrics brought up to date first."""
