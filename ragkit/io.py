@@ -28,6 +28,7 @@ __all__ = [
     "ARTIFACT_MARKER",
     "TEMP_MARKER",
     "json_digest",
+    "file_sha256",
     "parse_json",
     "remove_stale_temps",
     "read_appended_jsonl",
@@ -183,7 +184,8 @@ def parse_json(text: str | bytes, where: str | os.PathLike[str]) -> Any:
                          "it is damaged or not a ragkit input: pass the right file") from None
 
 
-def _sha256_file(path: Path) -> str:
+def file_sha256(path: str | os.PathLike[str]) -> str:
+    """The SHA-256 of a file's bytes (hex), read 1 MiB at a time."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -424,7 +426,7 @@ def _remove_listed(folder: Path, listing: dict[str, str | None]) -> list[str]:
         try:
             if f.is_symlink() or not f.is_file():
                 continue
-            if digest is None or _sha256_file(f) == digest:
+            if digest is None or file_sha256(f) == digest:
                 f.unlink()
         except OSError:
             continue
@@ -487,7 +489,7 @@ def glob_escape(name: str) -> str:
 
 
 def _write_marker(folder: Path, kind: str) -> None:
-    files = {rel: _sha256_file(folder / rel) for rel in _entries(folder)
+    files = {rel: file_sha256(folder / rel) for rel in _entries(folder)
              if rel != ARTIFACT_MARKER and (folder / rel).is_file() and not (folder / rel).is_symlink()}
     marker: dict[str, Any] = {"kind": kind, "format": MARKER_FORMAT, "files": files}
     marker[_MARKER_CHECKSUM] = json_digest(marker, _MARKER_CHECKSUM)

@@ -39,7 +39,15 @@ from typing import Any
 import numpy as np
 
 from ragkit.datasets import data_path
-from ragkit.eval.harness import pre_registered, pre_registered_parser, rel, study_config, study_main, write_result
+from ragkit.eval.harness import (
+    model_record,
+    pre_registered,
+    pre_registered_parser,
+    same_model,
+    study_config,
+    study_main,
+    write_result,
+)
 from ragkit.eval.stats import contrast_family
 
 HERE = Path(__file__).resolve().parent
@@ -137,10 +145,11 @@ def run(config: Mapping[str, Any]) -> int:
     out = Path(a.out)
     config = {"max_questions": a.max_questions, "max_steps": a.max_steps, "passage_max_tokens": a.passage_max_tokens,
               "device": a.device}
-    if result.get("config", config) != config or result.get("model", rel(base)) != rel(base):
+    model = model_record(a.model, base)
+    if result.get("config", config) != config or not same_model(result, model):
         raise SystemExit(f"{a.out} was written with other settings or another model "
                          f"({result.get('config')}, {result.get('model')}); pass another --out")
-    result.update(smoke=smoke, model=rel(base), config=config)
+    result.update(smoke=smoke, **model, config=config)
     result.setdefault("arms", {})
     qs = plan["questions"]
     pool = load_dataset("nq-open", sweep_file)

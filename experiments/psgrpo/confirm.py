@@ -59,7 +59,16 @@ from typing import Any
 import numpy as np
 
 from ragkit.datasets import data_path
-from ragkit.eval.harness import pre_registered, pre_registered_parser, rel, study_config, study_main, write_result
+from ragkit.eval.harness import (
+    model_record,
+    pre_registered,
+    pre_registered_parser,
+    rel,
+    same_model,
+    study_config,
+    study_main,
+    write_result,
+)
 from ragkit.eval.stats import contrast_family
 
 HERE = Path(__file__).resolve().parent
@@ -230,6 +239,7 @@ def run(config: Mapping[str, Any]) -> int:
     plan, result = pre_registered(a.plan, a.out, a.allow_uncommitted_plan)
     smoke = bool(a.max_train_sets or a.max_dev_sets or a.max_steps or a.max_new_tokens or a.allow_uncommitted_plan)
     base = resolve_generator_path(a.model)
+    model = model_record(a.model, base)
     out = Path(a.out)
     work = Path(a.workdir)
     tr, ev = plan["training"], plan["evaluation"]
@@ -245,9 +255,9 @@ def run(config: Mapping[str, Any]) -> int:
                 "save_steps": a.save_steps, "n_boot": a.n_boot, "dtype": dtype}
     free = ("n_boot", "save_steps")  # change no result
     if ({k: v for k, v in result.get("settings", settings).items() if k not in free}
-            != {k: v for k, v in settings.items() if k not in free} or result.get("model", rel(base)) != rel(base)):
+            != {k: v for k, v in settings.items() if k not in free} or not same_model(result, model)):
         raise SystemExit(f"{a.out} was written with other settings or another model; pass another --out")
-    result.update(smoke=smoke, model=rel(base),
+    result.update(smoke=smoke, **model,
                   command=f"python3 {SCRIPT} " + shlex.join(str(x) for x in getattr(a, "_argv", [])),
                   settings=settings, metric_names=list(METRICS))
     result.setdefault("arms", {})
@@ -263,7 +273,7 @@ def run(config: Mapping[str, Any]) -> int:
     # 1. paraphrases, made once and stored
     para_file = work / "paraphrases.json"
     rewrite_tokens = min(48, a.max_new_tokens or 48)
-    made_with = {"model": rel(base), "seed": 0, "tries": 3, "max_jaccard": 0.8, "max_new_tokens": rewrite_tokens,
+    made_with = {"model": model["model"], "seed": 0, "tries": 3, "max_jaccard": 0.8, "max_new_tokens": rewrite_tokens,
                  "chunk_questions": PARAPHRASE_CHUNK}
     stored: dict[str, Any] = json.loads(para_file.read_text()) if para_file.exists() else {"made_with": made_with}
     if not para_file.exists() and result.get("paraphrases"):

@@ -19,6 +19,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -30,11 +31,13 @@ __all__ = [
     "gpu_epilog",
     "machine_info",
     "model_label",
+    "model_record",
     "plan_commit",
     "pre_registered",
     "pre_registered_parser",
     "rel",
     "resolve_recorded",
+    "same_model",
     "study_config",
     "study_main",
     "write_result",
@@ -318,6 +321,35 @@ def resolve_recorded(recorded: str) -> str:
 def model_label(name: str) -> str:
     """A generator's name as recorded in results JSON: a local file or folder via :func:`rel`, a hub id as is."""
     return str(rel(name)) if os.path.isabs(name) else name
+
+
+_CACHE_DIGEST = re.compile(r"-[0-9a-f]{16}$")
+
+
+def model_record(name: str, loaded: str) -> dict[str, str | None]:
+    """How a results JSON names its generator: ``model``, the folder ``loaded`` via :func:`rel`, and
+    ``model_sha256``, the SHA-256 of ``name`` when it is a single file (a ``.gguf``), else ``None``."""
+    from ragkit.io import file_sha256
+
+    p = Path(name).expanduser()
+    return {"model": rel(loaded), "model_sha256": file_sha256(p) if p.is_file() else None}
+
+
+def same_model(recorded: Mapping[str, Any], now: Mapping[str, str | None]) -> bool:
+    """Whether a results JSON (``recorded``) was written with the generator of :func:`model_record` ``now``.
+
+    A ``.gguf`` file is loaded from a cache folder named ``<stem>-<digest>``, whose digest covers the
+    file's path, size and modification time (:func:`ragkit.models.gguf_cache_folder`): the same
+    checksum-verified file assembled again on a new machine gets a new digest. So the folder names are
+    compared without it, and the files' checksums are compared wherever both are recorded. A result
+    with no ``model`` yet matches anything.
+    """
+    if recorded.get("model") is None:
+        return True
+    a, b = recorded.get("model_sha256"), now.get("model_sha256")
+    if a is not None and b is not None and a != b:
+        return False
+    return _CACHE_DIGEST.sub("", str(recorded["model"])) == _CACHE_DIGEST.sub("", str(now["model"]))
 
 
 def gpu_epilog(script: str, example_args: str | None, note: str | None = None, generator: bool = True) -> str:

@@ -4,20 +4,24 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
 
 import pytest
 
 from ragkit.datasets import data_dir
 from ragkit.eval.harness import (
+    model_record,
     plan_commit,
     pre_registered,
     pre_registered_parser,
     rel,
     resolve_recorded,
+    same_model,
     study_config,
     study_main,
 )
+from ragkit.models import gguf_cache_folder
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -108,3 +112,22 @@ def test_pre_registered_parser_has_the_shared_options_and_takes_the_study_s_own(
     assert "\n  python3 experiments/x/confirm.py --device cuda --workdir /tmp/x\n" in text  # the epilog as written
     assert "another --model is another study: pass another --out" in text
     assert "trained models" in text and "cpu or cuda" in text
+
+
+def test_same_model_survives_a_reassembled_gguf_and_catches_another_file(tmp_path: Path) -> None:
+    gguf = tmp_path / "qwen.gguf"
+    gguf.write_bytes(b"GGUF weights")
+    first = model_record(str(gguf), str(gguf_cache_folder(gguf)))
+    os.utime(gguf, ns=(1, 1))  # the same bytes written again: a new mtime, so a new cache folder
+    again = model_record(str(gguf), str(gguf_cache_folder(gguf)))
+    assert first["model"] != again["model"] and first["model_sha256"] == again["model_sha256"]
+    assert same_model(first, again)
+    assert same_model({"model": first["model"]}, again)  # a result recorded before checksums: the name decides
+    assert same_model({}, again)  # nothing recorded yet
+    gguf.write_bytes(b"other weights")
+    assert not same_model(first, model_record(str(gguf), str(gguf_cache_folder(gguf))))
+    other = tmp_path / "llama.gguf"
+    other.write_bytes(b"GGUF weights")
+    assert not same_model({"model": first["model"]}, model_record(str(other), str(gguf_cache_folder(other))))
+    hub = model_record("org/model", "org/model")
+    assert hub == {"model": "org/model", "model_sha256": None} and not same_model(hub, first)
