@@ -88,7 +88,8 @@ def bench_step(model: str, steps: int, n: int, g: int, max_new: int, device: str
     sets = build_paraphrase_sets(recs, RuleParaphraser(seed=0), n=n - 1,
                                  passage_filter=lambda r: select_passages(r, 2))
     st = PSGRPOConfig(output_dir=str(tmp / "run"), model=path, paraphrases=n, num_generations=g, max_steps=steps,
-                      beta=0.04, epsilon=0.2, kappa=3, max_completion_length=max_new, learning_rate=1e-5,
+                      beta=0.04, epsilon=0.2, kappa=3, consistency_weight=1.0, max_completion_length=max_new,
+                      learning_rate=1e-5,
                       save_steps=10_000, mask_truncated_completions=False, passage_max_tokens=48,
                       use_cpu=not device.startswith("cuda"), lora_r=lora_r)
     summ = train_psgrpo(sets, st)

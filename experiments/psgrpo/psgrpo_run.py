@@ -161,7 +161,8 @@ def run(config: Mapping[str, Any]) -> int:
             continue
         st = PSGRPOConfig(output_dir=str(Path(args.run_dir) / f"gold-{name}"), model=args.model,
                           paraphrases=args.n, num_generations=args.g, max_steps=args.steps, beta=args.beta,
-                          epsilon=0.2, kappa=3, s=1, reward="bleu2", gold_weight=w, learning_rate=args.lr,
+                          epsilon=0.2, kappa=3, s=1, reward="bleu2", gold_weight=w, consistency_weight=1.0,
+                          learning_rate=args.lr,
                           temperature=1.0, max_completion_length=args.max_completion_length,
                           lora_r=args.lora_r, seed=0, save_steps=args.save_steps,
                           passage_max_tokens=args.passage_max_tokens, use_cpu=args.device == "cpu",

@@ -144,6 +144,8 @@ def test_grpo_config_is_explicit(tmp_path) -> None:
     defaults = PSGRPOConfig(output_dir=str(tmp_path))
     assert (defaults.beta, defaults.num_generations, defaults.epsilon, defaults.max_completion_length,
             defaults.learning_rate, defaults.bf16) == (0.04, 4, 0.2, 16, 1e-6, False)
+    # the reward by default is the accuracy reward alone: the confirmation's rule turned the consistency term off
+    assert (defaults.consistency_weight, defaults.gold_weight) == (0.0, 1.0)
     assert "use_bias_correction_kl=False" in psgrpo.__doc__ and "k3" in psgrpo.__doc__
 
 
@@ -161,7 +163,7 @@ def test_tiny_model_trains_end_to_end(tiny_lm_dir, tmp_path) -> None:
     out = tmp_path / "run"
     cfg = PSGRPOConfig(output_dir=str(out), model=str(tiny_lm_dir), paraphrases=2, num_generations=2, max_steps=2,
                        beta=0.1, epsilon=0.2, kappa=3, max_completion_length=6, learning_rate=1e-2, save_steps=2,
-                       gold_weight=0.0, passage_max_tokens=8)
+                       gold_weight=0.0, consistency_weight=1.0, passage_max_tokens=8)
     summary = train_psgrpo([s for s in sets], cfg, similarity=char_jaccard)
     assert summary["steps"] == 2
     assert (out / "final" / "model.safetensors").exists()

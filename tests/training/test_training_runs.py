@@ -184,4 +184,8 @@ def test_settings_without_effect_are_named(tmp_path: Path, caplog: pytest.LogCap
     caplog.clear()
     with caplog.at_level("WARNING", logger="ragkit.training.config"):
         CORDConfig(output_dir=str(tmp_path), loss="cord", lam=0.3, lora=True, lora_r=8)
+        PSGRPOConfig(output_dir=str(tmp_path), consistency_weight=1.0, reward="rougel", kappa=2)
     assert "no effect" not in caplog.text
+    with caplog.at_level("WARNING", logger="ragkit.training.config"):
+        PSGRPOConfig(output_dir=str(tmp_path), reward="rougel")  # the default reward has no similarity term
+    assert "reward='rougel' has no effect" in caplog.text
