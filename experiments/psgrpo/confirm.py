@@ -281,7 +281,9 @@ def run(config: Mapping[str, Any]) -> int:
         # sampling them again would cost an hour and could word them differently from the trained arms'
         stored.update({name: v["sets"] for name, v in result["paraphrases"].items()})
         write_json(para_file, stored)
-    if stored.get("made_with") != made_with:
+    had = stored.get("made_with") or {}
+    if {k: v for k, v in had.items() if k != "model"} != {k: v for k, v in made_with.items() if k != "model"} \
+            or not same_model(had, model):
         raise SystemExit(f"{para_file} was made with other settings ({stored.get('made_with')}, not {made_with}); "
                          "pass another --workdir")
     gen_base: Any = None

@@ -196,3 +196,14 @@ def test_a_stopped_rewriter_keeps_the_sets_it_made(study: ModuleType, tiny_lm_di
     stored = json.loads((tmp_path / "w" / "paraphrases.json").read_text())
     assert len(calls) == 3 and first["original"] not in [q for c in calls for q in c]  # 1 train + 2 dev questions
     assert first in stored["train_strong"] and len(stored["train_strong"]) == len(stored["dev_strong"]) == 2
+    # the same model under another cache digest (a re-assembled .gguf) reuses the sets; another setting refuses them
+    stored["made_with"]["model"] += "-0123456789abcdef"
+    (tmp_path / "w" / "paraphrases.json").write_text(json.dumps(stored))
+    calls.clear()
+    with pytest.raises(KeyboardInterrupt):
+        study.main(args)
+    assert calls == []
+    stored["made_with"]["tries"] = 5
+    (tmp_path / "w" / "paraphrases.json").write_text(json.dumps(stored))
+    with pytest.raises(SystemExit, match="another --workdir"):
+        study.main(args)
