@@ -19,6 +19,13 @@ The stages are what is computed, not the order of the work: each trained model i
 then evaluation) right after its training, so a work folder lost between sessions costs at most the
 model in training. ``BEST_CORD`` still reads the selection sweeps alone.
 
+A machine lent for a few hours at a time loses its work folder: ``--partial-dir`` puts the sweeps'
+rows where they are kept (a committed folder), so a sweep resumes at its next question, and
+``--only ARM:SEED`` works on the named models alone, so a run trains only a model whose sweeps
+it can finish. The stages a chosen model does not complete wait for a later run; until every planned
+sweep is recorded the contrasts are written as ``"contrasts_status": "interim"`` and the decision
+stays pending.
+
     python3 experiments/cord/confirm.py --model "$(bash $RAGKIT_DATA/../tools/get_qwen05.sh)" \\
         --workdir /work/runs/cord-confirm --out experiments/cord/results/confirm-qwen-cpu.json
 
@@ -122,7 +129,36 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--sweep-file", default=None, help="default: $RAGKIT_DATA/nq_open/nq-open-oracle.jsonl.gz")
     ap.add_argument("--stage", choices=STAGES, default="report", help="stop after this stage")
     ap.add_argument("--max-questions", type=int, default=None, help="cut each question range (smoke runs only)")
+    ap.add_argument("--partial-dir", default=None,
+                    help="where each sweep appends its rows as it goes (default: <workdir>/sweeps); a committed "
+                         "folder keeps them when the machine is lost; a sweep's file goes once the JSON holds it")
+    ap.add_argument("--only", nargs="+", default=None, metavar="ARM:SEED",
+                    help="train and sweep these models only (e.g. shuffle:0 base:0); the others wait for a later run")
     return ap
+
+
+def parse_only(plan: Mapping[str, Any], only: list[str] | None) -> set[tuple[str, int]] | None:
+    """``--only``'s ``ARM:SEED`` items as ``(arm, seed)`` pairs (``None``: every model).
+
+    Raises
+    ------
+    SystemExit
+        An item that names no arm of the plan or a seed the plan never gives that arm.
+    """
+    if not only:
+        return None
+    second = plan["seeds"]["second_round"]["seeds"]
+    out = set()
+    for item in only:
+        arm, _, seed = item.rpartition(":")
+        if arm not in plan["arms"] or not seed.isdigit():
+            raise SystemExit(f"--only {item!r}: expected ARM:SEED with ARM one of {sorted(plan['arms'])}")
+        loss = plan["arms"][arm].get("loss")
+        seeds = [0] + (second if loss == "shuffle" or loss == "cord" else [])
+        if int(seed) not in seeds:
+            raise SystemExit(f"--only {item!r}: the plan trains {arm} at seeds {seeds} only")
+        out.add((arm, int(seed)))
+    return out
 
 
 def run(config: Mapping[str, Any]) -> int:
@@ -164,6 +200,14 @@ def run(config: Mapping[str, Any]) -> int:
     dtype = plan.get("dtype", {}).get("value", "float32")
     result["dtype"] = dtype
     examples: list = []
+    partial_dir = Path(a.partial_dir) if a.partial_dir else Path(a.workdir) / "sweeps"
+    only = parse_only(plan, a.only)
+
+    def chosen(arm: str, seed: int) -> bool:
+        return only is None or (arm, seed) in only
+
+    def recorded(arm: str, seed: int, label: str) -> bool:
+        return label in result["arms"].get(arm, {}).get("per_seed", {}).get(str(seed), {}).get("sweeps", {})
 
     def model_dir(arm: str, seed: int) -> Path:
         return Path(a.workdir) / f"{arm.replace(':', '_')}-seed{seed}"
@@ -209,12 +253,13 @@ def run(config: Mapping[str, Any]) -> int:
     def sweep(arm: str, seed: int, key: str, k: int, permutations: int) -> dict[str, Any]:
         rec = result["arms"].setdefault(arm, {"per_seed": {}})["per_seed"].setdefault(str(seed), {})
         label = f"{key}-k{k}"
+        part = partial_dir / f"{arm.replace(':', '_')}-seed{seed}-{label}.partial.jsonl"
         if label in rec.get("sweeps", {}):
+            part.unlink(missing_ok=True)  # its rows are in the JSON
             return rec["sweeps"][label]
         gen = Generator(model=trained(arm, seed), device=a.device, dtype=dtype, passage_max_tokens=a.passage_max_tokens,
                         batch_size=8, show_progress=False)
         slots = [s - 1 for s in plan["sweeps"][f"k{k}"]["gold_slots_1_based"]]
-        part = Path(a.workdir) / "sweeps" / f"{arm.replace(':', '_')}-seed{seed}-{label}.partial.jsonl"
         part.parent.mkdir(parents=True, exist_ok=True)
         res = position_sweep(gen, rows(key), k=k, slots=slots, pool=pool, seed=0, max_new_tokens=16,
                              generate=key == "evaluation", score=True, partial=part,
@@ -224,6 +269,7 @@ def run(config: Mapping[str, Any]) -> int:
                  "per_question_metrics": question_metrics(res, k)}
         rec.setdefault("sweeps", {})[label] = entry
         save()
+        part.unlink(missing_ok=True)
         return entry
 
     trained_arms = [x for x in plan["arms"] if x != "base"]
@@ -240,6 +286,8 @@ def run(config: Mapping[str, Any]) -> int:
     # therefore come before BEST_CORD is named, which reads the selection sweeps only
     # (a sweep trains its model when the model is missing; a recorded sweep needs no model)
     for arm in trained_arms:
+        if not chosen(arm, 0):
+            continue
         if a.stage != "train" and arm in cord_arms:
             sweep(arm, 0, "selection", 10, 0)
         if evaluate:
@@ -248,37 +296,52 @@ def run(config: Mapping[str, Any]) -> int:
             trained(arm, 0)
     if a.stage == "train":
         return 0
-    spreads = {arm: float(np.mean([v["spread"] for v in sweep(arm, 0, "selection", 10, 0)
-                                   ["per_question_metrics"].values()])) for arm in cord_arms}
-    result["best_cord"] = min(spreads, key=spreads.get)
-    result["selection_spread"] = spreads
-    save()
+    if all(recorded(arm, 0, "selection-k10") for arm in cord_arms):
+        spreads = {arm: float(np.mean([v["spread"] for v in sweep(arm, 0, "selection", 10, 0)
+                                       ["per_question_metrics"].values()])) for arm in cord_arms}
+        result["best_cord"] = min(spreads, key=spreads.get)
+        result["selection_spread"] = spreads
+        save()
+    best = result.get("best_cord")
     if a.stage == "select":
         return 0
-    second = plan["seeds"]["second_round"]
-    for arm in ("shuffle", result["best_cord"]):
-        for seed in second["seeds"]:
+    second = plan["seeds"]["second_round"]["seeds"]
+    for arm in ("shuffle", best) if best else ("shuffle",):
+        for seed in second:
+            if not chosen(arm, seed):
+                continue
             if evaluate:
                 evaluate_model(arm, seed)
             else:
                 trained(arm, seed)
     if a.stage == "seeds":
         return 0
-    for arm in ["base", *trained_arms]:
-        for seed in [0] + (second["seeds"] if arm in ("shuffle", result["best_cord"]) else []):
+    planned = [(arm, seed) for arm in ["base", *trained_arms]
+               for seed in [0] + (second if arm in ("shuffle", best) else [])]
+    for arm, seed in planned:
+        if chosen(arm, seed):
             evaluate_model(arm, seed)  # BEST_CORD's k = 20 at seed 0, base's sweeps; the rest are recorded
+    if only and best and only - set(planned):
+        logging.warning("--only %s: not in the plan now that BEST_CORD is %s; nothing done for them",
+                        sorted(f"{x}:{s}" for x, s in only - set(planned)), best)
     if a.stage == "evaluate":
         save()
         return 0
+    missing = ([] if best else ["the selection sweeps of " + ", ".join(x for x in cord_arms
+                                                                        if not recorded(x, 0, "selection-k10"))])
+    missing += [f"{arm}:{seed} {label}" for arm, seed in planned
+                for label in ["evaluation-k10"] + (["evaluation-k20"] if arm in ("base", "shuffle", best) else [])
+                if not recorded(arm, seed, label)]
     names = plan["intervals"]["headline_contrasts"]
-    best_vs_shuffle = f"{result['best_cord']} - shuffle"
+    result["contrasts_status"] = "final" if not missing else "interim: pending " + "; ".join(missing)
     result["contrasts"] = {"spread": contrasts(result["arms"], names, "spread", "evaluation-k10", a.n_boot)}
-    secondary = names if best_vs_shuffle in names else [*names, best_vs_shuffle]
+    secondary = names if not best or f"{best} - shuffle" in names else [*names, f"{best} - shuffle"]
     result["contrasts_secondary"] = {m: contrasts(result["arms"], secondary, m, "evaluation-k10", a.n_boot)
                                      for m in METRICS[1:]}
-    result["decision"] = decide(plan, result)
+    result["decision"] = (decide(plan, result) if not missing else
+                          {"verdict": "pending", "why": "the plan's sweeps are not all recorded"})
     save()
-    logging.info("decision: %s", result["decision"]["verdict"])
+    logging.info("contrasts: %s; decision: %s", result["contrasts_status"], result["decision"]["verdict"])
     return 0
 
 

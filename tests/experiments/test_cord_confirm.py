@@ -40,6 +40,7 @@ def test_plan_carried_out_on_a_tiny_model(study: ModuleType, tiny_lm_dir: Path, 
     assert study.main([*args, "--allow-uncommitted-plan"]) == 0
     r = json.loads(out.read_text())
     assert r["plan"] == {"path": str(plan), "commit": None} and r["smoke"] is True
+    assert r["contrasts_status"] == "final"
     assert r["best_cord"] in ("cord", "cord:alpha=1") and set(r["selection_spread"]) == {"cord", "cord:alpha=1"}
     arms = r["arms"]
     assert arms["base"]["seeds"] == [0] and arms["shuffle"]["seeds"] == [0, 1]
@@ -104,3 +105,39 @@ def test_a_lost_work_folder_retrains_no_swept_model(study: ModuleType, tiny_lm_d
     monkeypatch.setattr(cord, "train_cord", lambda examples, config: seen.append(config.loss) or real(examples, config))
     assert study.main(args) == 0
     assert seen.count("shuffle") == 1  # seed 1 only
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("shared_data")
+def test_only_and_partial_dir_let_short_lived_machines_share_the_work(study: ModuleType, tiny_lm_dir: Path,
+                                                                      tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--only`` works on the named models alone and the report stays interim until every sweep is recorded;
+    ``--partial-dir`` receives the sweeps' rows, and a recorded sweep's file is removed."""
+    import ragkit.eval.sweep as sweep_module
+
+    monkeypatch.setenv("RAGKIT_NO_PROGRESS", "1")
+    plan, out, parts = _small_plan(tmp_path), tmp_path / "confirm.json", tmp_path / "kept"
+    args = ["--plan", str(plan), "--out", str(out), "--model", str(tiny_lm_dir), "--workdir", str(tmp_path / "w"),
+            "--max-questions", "2", "--max-steps", "1", "--passage-max-tokens", "8", "--n-boot", "50",
+            "--allow-uncommitted-plan", "--partial-dir", str(parts)]
+    for bad, why in (("nonsense:0", "ARM one of"), ("base:1", "seeds \\[0\\] only"), ("shuffle", "ARM:SEED")):
+        with pytest.raises(SystemExit, match=why):
+            study.main([*args, "--only", bad])
+    real, used = sweep_module.position_sweep, []
+    monkeypatch.setattr(sweep_module, "position_sweep", lambda *x, **k: used.append(k["partial"]) or real(*x, **k))
+    assert study.main([*args, "--only", "shuffle:0"]) == 0
+    r = json.loads(out.read_text())
+    assert set(r["arms"]) == {"shuffle"} and set(r["arms"]["shuffle"]["per_seed"]) == {"0"}
+    assert set(r["arms"]["shuffle"]["per_seed"]["0"]["sweeps"]) == {"evaluation-k10", "evaluation-k20"}
+    assert r["contrasts_status"].startswith("interim") and "base:0 evaluation-k10" in r["contrasts_status"]
+    assert r["decision"]["verdict"] == "pending" and "best_cord" not in r
+    assert used and all(Path(p).parent == parts for p in used) and not list(parts.glob("*.partial.jsonl"))
+    assert study.main([*args, "--only", "base:0"]) == 0
+    r = json.loads(out.read_text())
+    assert set(r["arms"]) == {"shuffle", "base"} and set(r["contrasts"]["spread"]) == {"shuffle - base"}
+    assert r["contrasts_status"].startswith("interim") and r["decision"]["verdict"] == "pending"
+    assert study.main(args) == 0  # the rest, without --only
+    r = json.loads(out.read_text())
+    assert r["contrasts_status"] == "final" and r["decision"]["verdict"] != "pending"
+    assert r["arms"]["shuffle"]["seeds"] == [0, 1]
