@@ -166,15 +166,24 @@ def run(config: Mapping[str, Any]) -> int:
     a = study_config(build_parser(), config)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     os.environ.setdefault("RAGKIT_NO_PROGRESS", "1")
+    import torch
+
     from ragkit.datasets import load_dataset
     from ragkit.eval.sweep import position_sweep
     from ragkit.generation import Generator
-    from ragkit.models import resolve_generator_path
+    from ragkit.models import fast_on_cpu, resolve_generator_path
     from ragkit.training.cord import CORDConfig, train_cord
     from ragkit.training.data import load_examples
 
     plan, result = pre_registered(a.plan, a.out, a.allow_uncommitted_plan)
     smoke = bool(a.max_questions or a.max_steps or a.allow_uncommitted_plan)
+    # the weights' dtype of every training and sweep (the plan's; fp32 where an older plan names none)
+    dtype = plan.get("dtype", {}).get("value", "float32")
+    if a.device == "cpu" and not (a.max_questions or a.max_steps) and not fast_on_cpu(dtype):
+        raise SystemExit(f"this CPU has no fast {dtype} path (PyTorch capability "
+                         f"{torch.backends.cpu.get_cpu_capability()}), and the plan runs every training and sweep "
+                         f"in {dtype}: a training step would take over 20 minutes. Run the study on a CPU with "
+                         "AVX512 (grep avx512 /proc/cpuinfo) or on a GPU (--device cuda)")
     base = resolve_generator_path(a.model)
     train_file = a.train_file or str(data_path("hotpotqa", "train.jsonl"))
     sweep_file = a.sweep_file or str(data_path("nq_open", "nq-open-oracle.jsonl.gz"))
@@ -196,8 +205,6 @@ def run(config: Mapping[str, Any]) -> int:
         return pool[lo:hi]
 
     tr = plan["training"]
-    # the weights' dtype of every training and sweep (the plan's; fp32 where an older plan names none)
-    dtype = plan.get("dtype", {}).get("value", "float32")
     result["dtype"] = dtype
     examples: list = []
     partial_dir = Path(a.partial_dir) if a.partial_dir else Path(a.workdir) / "sweeps"

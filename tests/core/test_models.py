@@ -255,3 +255,20 @@ def test_cli_checks_model_before_any_work(monkeypatch: pytest.MonkeyPatch, capsy
     assert main(["ask", "Who wrote Hamlet?", "--model", "nobody/no-such-model-xyz", "--no-moi", "--quiet"]) == 1
     assert time.perf_counter() - t0 < 5
     assert "not in the local Hugging Face cache" in capsys.readouterr().err
+
+
+def test_fast_on_cpu_reports_onednn_and_resolve_dtype_warns_without_it(monkeypatch: pytest.MonkeyPatch,
+                                                                       caplog: pytest.LogCaptureFixture) -> None:
+    assert models.fast_on_cpu("float32") and models.fast_on_cpu(torch.float64)
+    assert models.fast_on_cpu("bf16") == models.fast_on_cpu(torch.bfloat16) == \
+        torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    assert models.fast_on_cpu("float16") == torch.ops.mkldnn._is_mkldnn_fp16_supported()
+    for fast in (False, True):
+        monkeypatch.setattr(models, "fast_on_cpu", lambda d, fast=fast: fast)
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="ragkit.models"):
+            assert models.resolve_dtype("bfloat16", "cpu") == torch.bfloat16
+            assert models.resolve_dtype(torch.bfloat16, "cpu") == torch.bfloat16
+            assert models.resolve_dtype("auto", "cpu") == torch.float32
+        assert len(caplog.records) == (0 if fast else 2)
+        assert fast or "pass dtype='float32'" in caplog.records[0].getMessage()

@@ -121,6 +121,10 @@ def test_only_and_partial_dir_let_short_lived_machines_share_the_work(study: Mod
     args = ["--plan", str(plan), "--out", str(out), "--model", str(tiny_lm_dir), "--workdir", str(tmp_path / "w"),
             "--max-questions", "2", "--max-steps", "1", "--passage-max-tokens", "8", "--n-boot", "50",
             "--allow-uncommitted-plan", "--partial-dir", str(parts)]
+    monkeypatch.setattr("ragkit.models.fast_on_cpu", lambda dtype: dtype == "float32")
+    with pytest.raises(SystemExit, match="no fast bfloat16 path"):  # a full run on a CPU without it
+        study.main([a for a in args if a not in ("--max-steps", "1", "--max-questions", "2")])
+    monkeypatch.setattr("ragkit.models.fast_on_cpu", lambda dtype: True)
     for bad, why in (("nonsense:0", "ARM one of"), ("base:1", "seeds \\[0\\] only"), ("shuffle", "ARM:SEED")):
         with pytest.raises(SystemExit, match=why):
             study.main([*args, "--only", bad])
