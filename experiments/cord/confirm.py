@@ -328,9 +328,10 @@ def run(config: Mapping[str, Any]) -> int:
     for arm, seed in planned:
         if chosen(arm, seed):
             evaluate_model(arm, seed)  # BEST_CORD's k = 20 at seed 0, base's sweeps; the rest are recorded
-    if only and best and only - set(planned):
-        logging.warning("--only %s: not in the plan now that BEST_CORD is %s; nothing done for them",
-                        sorted(f"{x}:{s}" for x, s in only - set(planned)), best)
+    if only and only - set(planned):  # seeds 1-2 of a CORD arm that is not (or not yet) BEST_CORD
+        logging.warning("--only %s: nothing done for them, as BEST_CORD %s",
+                        sorted(f"{x}:{s}" for x, s in only - set(planned)),
+                        f"is {best}" if best else "is not named yet (its selection sweeps are pending)")
     if a.stage == "evaluate":
         save()
         return 0
