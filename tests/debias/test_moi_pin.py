@@ -2,8 +2,8 @@
 
 The expected values in ``data/moi_pin.json`` were written by this file (``RAGKIT_REPIN=1``) from
 the implementation before MoI was split into design and outcome objects; a refactoring must
-reproduce them (scores to 1e-9, everything else exactly). Regenerate only for an intended change
-of results, and say so in the commit.
+reproduce them (the numbers to float32 noise, see ``TOL``; everything else exactly). Regenerate
+only for an intended change of results, and say so in the commit.
 """
 
 from __future__ import annotations
@@ -95,6 +95,15 @@ def run_config(gen: Any, kw: dict[str, Any]) -> list[dict[str, Any]]:
              "ordering_answers": list(r.ordering_answers), "target": r.target} for r in res]
 
 
+#: Float32 noise, not bit equality. The pins were written on an AVX512 EPYC; on an AVX2 one, whose kernels sum in
+#: another order, every ranking, order, answer and cost was the same and the numbers moved by at most: outcomes
+#: 2.4e-7 nats (float32's resolution at -6), raw utilities 8e-7, scores 1.6e-5 (utilities over the tiny LM's
+#: spread of about 6e-3 nats, which amplifies the noise), fit statistics 1.4e-3 relative (z statistics divide
+#: by near-zero residuals). Each bound is about ten times that; a change of method moves them by far more.
+TOL = {"outcomes": {"abs": 3e-6}, "raw_utilities": {"abs": 1e-5}, "scores": {"abs": 2e-4},
+       "fit_stats": {"rel": 2e-2, "abs": 1e-6}}
+
+
 @pytest.fixture(scope="module")
 def pinned() -> dict[str, Any]:
     if os.environ.get("RAGKIT_REPIN") == "1":
@@ -113,10 +122,10 @@ def test_moi_outputs_are_pinned(gen: Any, pinned: dict[str, Any], name: str) -> 
     want = pinned[name]
     assert len(got) == len(want)
     for g, w in zip(got, want):
-        assert g["scores"] == pytest.approx(w["scores"], abs=1e-9), name
-        assert g["outcomes"] == pytest.approx(w["outcomes"], abs=1e-9), name
-        assert g["raw_utilities"] == pytest.approx(w["raw_utilities"], abs=1e-9), name
-        assert g["fit_stats"] == pytest.approx(w["fit_stats"], abs=1e-9, nan_ok=True), name
+        assert g["scores"] == pytest.approx(w["scores"], **TOL["scores"]), name
+        assert g["outcomes"] == pytest.approx(w["outcomes"], **TOL["outcomes"]), name
+        assert g["raw_utilities"] == pytest.approx(w["raw_utilities"], **TOL["raw_utilities"]), name
+        assert g["fit_stats"] == pytest.approx(w["fit_stats"], nan_ok=True, **TOL["fit_stats"]), name
         for key in ("ids", "order", "fallback", "generator_calls", "answer", "rounds", "orderings", "ordering_answers",
                     "target"):
             assert g[key] == w[key], (name, key)
