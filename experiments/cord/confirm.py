@@ -179,11 +179,15 @@ def run(config: Mapping[str, Any]) -> int:
     smoke = bool(a.max_questions or a.max_steps or a.allow_uncommitted_plan)
     # the weights' dtype of every training and sweep (the plan's; fp32 where an older plan names none)
     dtype = plan.get("dtype", {}).get("value", "float32")
-    if a.device == "cpu" and not (a.max_questions or a.max_steps) and not fast_on_cpu(dtype):
-        raise SystemExit(f"this CPU has no fast {dtype} path (PyTorch capability "
-                         f"{torch.backends.cpu.get_cpu_capability()}), and the plan runs every training and sweep "
-                         f"in {dtype}: a training step would take over 20 minutes. Run the study on a CPU with "
-                         "AVX512 (grep avx512 /proc/cpuinfo) or on a GPU (--device cuda)")
+
+    def check_speed() -> None:
+        """Refuse to train or sweep where the plan's dtype has no fast path (the report needs no model)."""
+        if a.device == "cpu" and not (a.max_questions or a.max_steps) and not fast_on_cpu(dtype):
+            raise SystemExit(f"this CPU has no fast {dtype} path (PyTorch capability "
+                             f"{torch.backends.cpu.get_cpu_capability()}), and the plan runs every training and "
+                             f"sweep in {dtype}: a training step would take over 20 minutes. Run the study on a CPU "
+                             "with AVX512 (grep avx512 /proc/cpuinfo) or on a GPU (--device cuda)")
+
     base = resolve_generator_path(a.model)
     train_file = a.train_file or str(data_path("hotpotqa", "train.jsonl"))
     sweep_file = a.sweep_file or str(data_path("nq_open", "nq-open-oracle.jsonl.gz"))
@@ -225,6 +229,7 @@ def run(config: Mapping[str, Any]) -> int:
         nonlocal examples
         final = model_dir(arm, seed) / "final"
         if not (final / "config.json").exists():
+            check_speed()
             if not examples:
                 examples = load_examples(train_file, limit=None if not a.max_questions else 4 * a.max_questions,
                                          k=tr["k"])
@@ -264,6 +269,7 @@ def run(config: Mapping[str, Any]) -> int:
         if label in rec.get("sweeps", {}):
             part.unlink(missing_ok=True)  # its rows are in the JSON
             return rec["sweeps"][label]
+        check_speed()
         gen = Generator(model=trained(arm, seed), device=a.device, dtype=dtype, passage_max_tokens=a.passage_max_tokens,
                         batch_size=8, show_progress=False)
         slots = [s - 1 for s in plan["sweeps"][f"k{k}"]["gold_slots_1_based"]]
