@@ -153,8 +153,7 @@ def parse_only(plan: Mapping[str, Any], only: list[str] | None) -> set[tuple[str
         arm, _, seed = item.rpartition(":")
         if arm not in plan["arms"] or not seed.isdigit():
             raise SystemExit(f"--only {item!r}: expected ARM:SEED with ARM one of {sorted(plan['arms'])}")
-        loss = plan["arms"][arm].get("loss")
-        seeds = [0] + (second if loss == "shuffle" or loss == "cord" else [])
+        seeds = [0] + (second if arm != "base" else [])  # seeds 1-2: shuffle and BEST_CORD, not named yet
         if int(seed) not in seeds:
             raise SystemExit(f"--only {item!r}: the plan trains {arm} at seeds {seeds} only")
         out.add((arm, int(seed)))
@@ -266,7 +265,7 @@ def run(config: Mapping[str, Any]) -> int:
         rec = result["arms"].setdefault(arm, {"per_seed": {}})["per_seed"].setdefault(str(seed), {})
         label = f"{key}-k{k}"
         part = partial_dir / f"{arm.replace(':', '_')}-seed{seed}-{label}.partial.jsonl"
-        if label in rec.get("sweeps", {}):
+        if recorded(arm, seed, label):
             part.unlink(missing_ok=True)  # its rows are in the JSON
             return rec["sweeps"][label]
         check_speed()
@@ -289,10 +288,13 @@ def run(config: Mapping[str, Any]) -> int:
     cord_arms = [x for x in trained_arms if plan["arms"][x]["loss"] == "cord"]
     evaluate = a.stage in ("evaluate", "report")
 
+    def evaluation_sweeps(arm: str) -> list[tuple[int, int]]:
+        """``(k, permutations)`` of an arm's evaluation sweeps: k = 10 for all, k = 20 for base, shuffle, BEST_CORD."""
+        return [(10, 5)] + ([(20, 0)] if arm in ("base", "shuffle", result.get("best_cord")) else [])
+
     def evaluate_model(arm: str, seed: int) -> None:
-        sweep(arm, seed, "evaluation", 10, 5)
-        if arm in ("base", "shuffle", result.get("best_cord")):
-            sweep(arm, seed, "evaluation", 20, 0)
+        for k, permutations in evaluation_sweeps(arm):
+            sweep(arm, seed, "evaluation", k, permutations)
 
     # each trained model's sweeps run right after its training, so that a machine whose work folder is
     # lost between sessions retrains nothing whose sweeps are done; the evaluation sweeps of seed 0 may
@@ -343,9 +345,8 @@ def run(config: Mapping[str, Any]) -> int:
         return 0
     missing = ([] if best else ["the selection sweeps of " + ", ".join(x for x in cord_arms
                                                                         if not recorded(x, 0, "selection-k10"))])
-    missing += [f"{arm}:{seed} {label}" for arm, seed in planned
-                for label in ["evaluation-k10"] + (["evaluation-k20"] if arm in ("base", "shuffle", best) else [])
-                if not recorded(arm, seed, label)]
+    missing += [f"{arm}:{seed} evaluation-k{k}" for arm, seed in planned for k, _ in evaluation_sweeps(arm)
+                if not recorded(arm, seed, f"evaluation-k{k}")]
     names = plan["intervals"]["headline_contrasts"]
     result["contrasts_status"] = "final" if not missing else "interim: pending " + "; ".join(missing)
     result["contrasts"] = {"spread": contrasts(result["arms"], names, "spread", "evaluation-k10", a.n_boot)}
