@@ -122,8 +122,12 @@ def test_only_and_partial_dir_let_short_lived_machines_share_the_work(study: Mod
             "--max-questions", "2", "--max-steps", "1", "--passage-max-tokens", "8", "--n-boot", "50",
             "--allow-uncommitted-plan", "--partial-dir", str(parts)]
     monkeypatch.setattr("ragkit.models.fast_on_cpu", lambda dtype: dtype == "float32")
+    half = json.loads(plan.read_text())
+    half["dtype"]["value"] = "bfloat16"
+    (tmp_path / "half.json").write_text(json.dumps(half))
+    full = [a for a in args if a not in ("--max-steps", "1", "--max-questions", "2")]
     with pytest.raises(SystemExit, match="no fast bfloat16 path"):  # a full run on a CPU without it
-        study.main([a for a in args if a not in ("--max-steps", "1", "--max-questions", "2")])
+        study.main([*full, "--plan", str(tmp_path / "half.json"), "--out", str(tmp_path / "half-out.json")])
     monkeypatch.setattr("ragkit.models.fast_on_cpu", lambda dtype: True)
     for bad, why in (("nonsense:0", "ARM one of"), ("base:1", "seeds \\[0\\] only"), ("shuffle", "ARM:SEED")):
         with pytest.raises(SystemExit, match=why):
