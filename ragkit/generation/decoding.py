@@ -57,12 +57,18 @@ def decode_loop(
     top_p: float = 1.0,
     rng: torch.Generator | None = None,
     min_new_tokens: int = 0,
+    logits: torch.Tensor | None = None,
 ) -> tuple[list[list[int]], list[list[float]]]:
     """Decode from ``step_ids`` (the prompt tokens not yet in ``past``) until EOS / stop / length.
 
     The prompt must end in the last column for every row (left padding). Returns the new tokens
     of each row (EOS excluded) and the log-probability of each under the model's distribution
     (before any ``min_new_tokens`` masking). ``past`` is extended in place.
+
+    ``logits``: the float logits ``(B, V)`` of each row's last prompt token when the whole prompt is
+    already in ``past`` (a prefill run apart, so that decoding can batch more rows than a prefill
+    fits); ``mask`` then covers ``past`` only, ``step_pos`` holds each row's last prompt position
+    ``(B, 1)`` and ``step_ids`` is not read.
     """
     import torch
 
@@ -73,8 +79,11 @@ def decode_loop(
     new: list[list[int]] = [[] for _ in range(n)]
     logps: list[list[float]] = [[] for _ in range(n)]
     for step in range(max_new_tokens):
-        logits, past = forward_logits(h, step_ids, mask, step_pos, past=past, keep=1)
-        logits = logits[:, -1]
+        if step == 0 and logits is not None:
+            logits = logits.clone()  # the EOS masking below writes into it
+        else:
+            out, past = forward_logits(h, step_ids, mask, step_pos, past=past, keep=1)
+            logits = out[:, -1]
         lsm = logits - torch.logsumexp(logits, dim=-1, keepdim=True)
         if step < min_new_tokens and h.eos_ids:
             logits[:, eos] = float("-inf")
