@@ -17,6 +17,11 @@ untimed warm-up question through both paths:
 * ``evaluation k=20``: gold at slots 1/5/10/15/20, greedy answers, log-probs;
 * ``selection k=10``: log-probs only (``score_orderings`` against ``score``).
 
+``--decode-batch-size N`` also times the shared path with ``Generator.decode_batch_size = N``
+(greedy decoding stacks prefill batches up to ``N`` rows) and reports its speed-up over the default
+(``batch_size`` rows a step) and whether the answers and log-probs are the same; ``--no-apart``
+skips the one-by-one reference.
+
 Reported per workload: seconds per question of each path and the speed-up ``apart / shared``
 measured in the same run, prompt tokens through multi-token forwards (``prefill_tokens``), the
 share of identical answers, and the largest differences of a context's log-prob and of a
@@ -69,6 +74,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dtype", default="auto", help="the weights' dtype (the CORD plan runs bfloat16)")
     ap.add_argument("--workloads", default=",".join(WORKLOADS), help="comma-separated subset of the workloads")
     ap.add_argument("--sweep-file", default=None, help="default: $RAGKIT_DATA/nq_open/nq-open-oracle.jsonl.gz")
+    ap.add_argument("--decode-batch-size", type=int, default=None,
+                    help="also time the shared path with this many rows per decoding step")
+    ap.add_argument("--no-apart", action="store_true", help="skip the one-by-one reference path")
     add_generator_args(ap)
     args = ap.parse_args(argv)
     names = [w for w in args.workloads.split(",") if w]
@@ -119,29 +127,50 @@ def main(argv: list[str] | None = None) -> int:
     for name in names:
         k, slots, generate, perms = WORKLOADS[name]
         warm_rows = shared(warm, k, slots, generate, perms).per_question  # warm-up, untimed
-        apart(warm_rows, generate)
+        if not args.no_apart:
+            apart(warm_rows, generate)
         t_sh, res, tok_sh = timed(shared, recs, k, slots, generate, perms)
         rows = res.per_question
-        t_ap, (ans, lps), tok_ap = timed(apart, rows, generate)
         lp_sh = [r["logprob"] for r in rows]
         scored = [j for j, r in enumerate(rows) if r["setting"] != "permutation"]
-        s_sh, s_ap = spreads(rows, lp_sh), spreads(rows, lps)
-        rows_out.append({
-            "workload": name, "k": k, "gold_slots": slots, "generate": generate, "permutations": perms,
-            "contexts_per_question": len(rows) / len(recs),
-            "shared_seconds_per_question": t_sh / len(recs), "apart_seconds_per_question": t_ap / len(recs),
-            "speedup": t_ap / t_sh, "shared_prefill_tokens": tok_sh, "apart_prefill_tokens": tok_ap,
-            "identical_answers": (float(np.mean([r["prediction"] == a for r, a in zip(rows, ans)]))
-                                  if generate else None),
-            "max_abs_logprob_diff": float(max(abs(lp_sh[j] - lps[j]) for j in scored)),
-            "max_abs_spread_diff": float(max(abs(s_sh[q] - s_ap[q]) for q in s_sh))})
+        row: dict[str, Any] = {"workload": name, "k": k, "gold_slots": slots, "generate": generate,
+                               "permutations": perms, "contexts_per_question": len(rows) / len(recs),
+                               "shared_seconds_per_question": t_sh / len(recs), "shared_prefill_tokens": tok_sh}
+        if not args.no_apart:
+            t_ap, (ans, lps), tok_ap = timed(apart, rows, generate)
+            s_sh, s_ap = spreads(rows, lp_sh), spreads(rows, lps)
+            row.update({
+                "apart_seconds_per_question": t_ap / len(recs), "speedup": t_ap / t_sh, "apart_prefill_tokens": tok_ap,
+                "identical_answers": (float(np.mean([r["prediction"] == a for r, a in zip(rows, ans)]))
+                                      if generate else None),
+                "max_abs_logprob_diff": float(max(abs(lp_sh[j] - lps[j]) for j in scored)),
+                "max_abs_spread_diff": float(max(abs(s_sh[q] - s_ap[q]) for q in s_sh))})
+        if args.decode_batch_size:
+            gen.decode_batch_size = args.decode_batch_size
+            t_dec, res_dec, _ = timed(shared, recs, k, slots, generate, perms)
+            gen.decode_batch_size = None
+            dec = res_dec.per_question
+            row.update({"decode_batch_size": args.decode_batch_size,
+                        "stacked_seconds_per_question": t_dec / len(recs), "stacked_speedup": t_sh / t_dec,
+                        "stacked_identical_answers": float(np.mean([a["prediction"] == b["prediction"]
+                                                                    for a, b in zip(rows, dec)])),
+                        "stacked_max_abs_logprob_diff": float(max(abs(rows[j]["logprob"] - dec[j]["logprob"])
+                                                                  for j in scored))})
+        rows_out.append(row)
     print(f"{'workload':<17}{'ctx/q':>6}{'shared s/q':>11}{'apart s/q':>10}{'speed-up':>9}{'shared tok':>11}"
-          f"{'apart tok':>10}{'same ans':>9}{'max|dlp|':>9}{'max|dspr|':>10}   n={len(recs)}, {gen.name}, {gen.device}")
+          f"{'apart tok':>10}{'same ans':>9}{'max|dlp|':>9}{'max|dspr|':>10}{'stacked s/q':>12}{'speed-up':>9}"
+          f"   n={len(recs)}, {gen.name}, {gen.device}")
+
+    def cell(r: dict[str, Any], key: str, fmt: str, width: int) -> str:
+        return f"{'-' if r.get(key) is None else format(r[key], fmt):>{width}}"
+
     for r in rows_out:
-        same = "-" if r["identical_answers"] is None else f"{r['identical_answers']:.2f}"
         print(f"{r['workload']:<17}{r['contexts_per_question']:>6.0f}{r['shared_seconds_per_question']:>11.2f}"
-              f"{r['apart_seconds_per_question']:>10.2f}{r['speedup']:>8.2f}x{r['shared_prefill_tokens']:>11}"
-              f"{r['apart_prefill_tokens']:>10}{same:>9}{r['max_abs_logprob_diff']:>9.3f}{r['max_abs_spread_diff']:>10.3f}")
+              + cell(r, "apart_seconds_per_question", ".2f", 10) + cell(r, "speedup", ".2f", 9)
+              + f"{r['shared_prefill_tokens']:>11}" + cell(r, "apart_prefill_tokens", "d", 10)
+              + cell(r, "identical_answers", ".2f", 9) + cell(r, "max_abs_logprob_diff", ".3f", 9)
+              + cell(r, "max_abs_spread_diff", ".3f", 10) + cell(r, "stacked_seconds_per_question", ".2f", 12)
+              + cell(r, "stacked_speedup", ".2f", 9))
     write_result(args.out, {"benchmark": "sweep_prefix", "data": rel(sweep_file), "offset": args.offset,
                             "n_questions": len(recs), "model": rel(gen.name), "dtype": str(gen.model.dtype),
                             "passage_max_tokens": args.passage_max_tokens, "batch_size": gen.batch_size,

@@ -270,7 +270,7 @@ def run(config: Mapping[str, Any]) -> int:
             return rec["sweeps"][label]
         check_speed()
         gen = Generator(model=trained(arm, seed), device=a.device, dtype=dtype, passage_max_tokens=a.passage_max_tokens,
-                        batch_size=8, show_progress=False)
+                        batch_size=8, decode_batch_size=32, show_progress=False)
         slots = [s - 1 for s in plan["sweeps"][f"k{k}"]["gold_slots_1_based"]]
         part.parent.mkdir(parents=True, exist_ok=True)
         res = position_sweep(gen, rows(key), k=k, slots=slots, pool=pool, seed=0, max_new_tokens=16,

@@ -13,8 +13,8 @@ Degeneration", ICLR 2020).
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ragkit.generation.fitting import answer_text, encode_answers, encode_prompts, fit_prompt_ids
 from ragkit.generation.handle import ModelHandle, cache_ok, chunks, crop, forward_logits, layout, positions
@@ -26,7 +26,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["decode_loop", "finish_text", "generate", "pick", "verify_drafts"]
+__all__ = ["Prefilled", "decode_loop", "decode_prefilled", "decode_rows", "finish_text", "generate", "pick",
+           "verify_drafts"]
 
 
 def pick(logits: torch.Tensor, temperature: float, top_p: float, rng: torch.Generator | None) -> torch.Tensor:
@@ -110,6 +111,80 @@ def decode_loop(
     return new, logps
 
 
+def decode_rows(h: ModelHandle) -> int:
+    """Rows of one greedy decoding batch: ``h.decode_batch_size``, at least ``h.batch_size``."""
+    return max(h.batch_size, h.decode_batch_size or h.batch_size)
+
+
+class Prefilled(NamedTuple):
+    """A batch whose prompts are all in ``cache``: the caller's row ids, the mask over the cache, and
+    per row the last prompt position's float logits ``(B, V)``, token ``(B,)`` and position ``(B,)``."""
+
+    rows: list[Any]
+    cache: Any
+    mask: torch.Tensor
+    logits: torch.Tensor
+    last_ids: torch.Tensor
+    last_pos: torch.Tensor
+
+
+def _stack(parts: Sequence[Prefilled]) -> Prefilled:
+    """One batch of several prefilled ones: caches and masks left-padded to the widest, rows stacked.
+
+    Every row's prompt then ends in the last column, as :func:`decode_loop` needs; the padding
+    columns are masked out and the positions are the rows' own, so each row decodes what it would
+    alone, up to float error.
+    """
+    import torch
+    from transformers import DynamicCache
+
+    if len(parts) == 1:
+        return parts[0]
+    width = max(p.mask.shape[1] for p in parts)
+
+    def left_pad(x: torch.Tensor, dim: int) -> torch.Tensor:
+        return torch.nn.functional.pad(x, [0, 0] * (x.dim() - 1 - dim) + [width - x.shape[dim], 0])
+
+    layers = [[(layer.keys, layer.values) for layer in p.cache.layers] for p in parts]
+    cache = DynamicCache(ddp_cache_data=[(torch.cat([left_pad(kv[i][0], 2) for kv in layers]),
+                                          torch.cat([left_pad(kv[i][1], 2) for kv in layers]))
+                                         for i in range(len(layers[0]))])
+    return Prefilled([r for p in parts for r in p.rows], cache, torch.cat([left_pad(p.mask, 1) for p in parts]),
+                     torch.cat([p.logits for p in parts]), torch.cat([p.last_ids for p in parts]),
+                     torch.cat([p.last_pos for p in parts]))
+
+
+def decode_prefilled(
+    h: ModelHandle,
+    parts: Iterable[Prefilled],
+    max_rows: int,
+    max_new_tokens: int,
+    stops: Sequence[str],
+    min_new_tokens: int = 0,
+) -> Iterator[tuple[Prefilled, list[list[int]], list[list[float]]]]:
+    """Greedy decoding of prefilled batches, consecutive ones stacked while their rows fit ``max_rows``.
+
+    ``parts`` is read lazily, so at most ``max_rows`` rows of caches (plus one batch) are held. Yields
+    each stacked batch (its cache then holds the prompts and the generated tokens) with the new
+    tokens and their log-probs per row, as :func:`decode_loop` returns them.
+    """
+    pending: list[Prefilled] = []
+
+    def run() -> tuple[Prefilled, list[list[int]], list[list[float]]]:
+        st = _stack(pending)
+        new, logps = decode_loop(h, st.cache, st.last_ids[:, None], st.mask, st.last_pos[:, None], max_new_tokens,
+                                 stops, min_new_tokens=min_new_tokens, logits=st.logits)
+        return st, new, logps
+
+    for part in parts:
+        if pending and sum(len(p.rows) for p in pending) + len(part.rows) > max_rows:
+            yield run()
+            pending = []
+        pending.append(part)
+    if pending:
+        yield run()
+
+
 def finish_text(h: ModelHandle, tokens: Sequence[int], stops: Sequence[str]) -> str:
     """Decoded text of generated tokens, cut at the first stop string."""
     text = h.tokenizer.decode(list(tokens), skip_special_tokens=True)
@@ -117,32 +192,14 @@ def finish_text(h: ModelHandle, tokens: Sequence[int], stops: Sequence[str]) -> 
     return text if cut is None else text[:cut]
 
 
-def _decode_batch(
-    h: ModelHandle,
-    seqs: Sequence[Sequence[int]],
-    max_new_tokens: int,
-    stops: Sequence[str],
-    temperature: float,
-    top_p: float,
-    rng: torch.Generator | None,
-    min_new_tokens: int = 0,
-) -> list[str]:
-    import torch
+def _prefill(h: ModelHandle, seqs: Sequence[Sequence[int]], rows: list[Any]) -> Prefilled:
+    """Left-padded prompts through one forward into a new cache."""
     from transformers import DynamicCache
 
-    dev = h.device
-    width = max(len(s) for s in seqs)
-    ids = torch.full((len(seqs), width), h.pad_id, dtype=torch.long)
-    mask = torch.zeros((len(seqs), width), dtype=torch.long)
-    for r, s in enumerate(seqs):
-        ids[r, width - len(s):] = torch.tensor(s, dtype=torch.long)
-        mask[r, width - len(s):] = 1
-    ids, mask = ids.to(dev), mask.to(dev)
-    pos = (mask.cumsum(1) - 1).clamp(min=0)
-    past = DynamicCache(config=h.model.config)
-    new, _ = decode_loop(h, past, ids, mask, pos, max_new_tokens, stops, temperature, top_p, rng,
-                         min_new_tokens)
-    return [finish_text(h, t, stops) for t in new]
+    ids, mask = layout(h, seqs, [[] for _ in seqs])
+    pos = positions(mask)
+    logits, cache = forward_logits(h, ids, mask, pos, past=DynamicCache(config=h.model.config), keep=1)
+    return Prefilled(rows, cache, mask, logits[:, -1], ids[:, -1], pos[:, -1])
 
 
 def generate(
@@ -182,14 +239,24 @@ def generate(
     order = sorted(range(len(rows)), key=lambda r: -len(p_ids[rows[r][0]]))
     texts: list[str] = [""] * len(rows)
     rng = torch.Generator(device=h.device).manual_seed(int(seed)) if temperature > 0 else None
-    batches = list(chunks(len(order), h.batch_size))
-    with torch.inference_mode():
-        for b in progress(batches, show=h.show_progress, desc="generate", leave=False):
+
+    def prefilled() -> Iterator[Prefilled]:
+        for b in progress(list(chunks(len(order), h.batch_size)), show=h.show_progress, desc="generate", leave=False):
             idx = [order[j] for j in b]
-            outs = _decode_batch(h, [p_ids[rows[r][0]] for r in idx], max_new_tokens, stops,
-                                 temperature, top_p, rng, min_new_tokens)
-            for r, t in zip(idx, outs):
-                texts[r] = t
+            yield _prefill(h, [p_ids[rows[r][0]] for r in idx], idx)
+
+    with torch.inference_mode():
+        if temperature == 0:  # greedy: prefill batches stacked up to decode_rows(h)
+            for st, new, _ in decode_prefilled(h, prefilled(), decode_rows(h), max_new_tokens, stops,
+                                               min_new_tokens):
+                for r, t in zip(st.rows, new):
+                    texts[r] = finish_text(h, t, stops)
+        else:  # sampling decodes each prefill batch alone: a seed's draws do not depend on decode_rows(h)
+            for st in prefilled():
+                new, _ = decode_loop(h, st.cache, st.last_ids[:, None], st.mask, st.last_pos[:, None], max_new_tokens,
+                                     stops, temperature, top_p, rng, min_new_tokens, logits=st.logits)
+                for r, t in zip(st.rows, new):
+                    texts[r] = finish_text(h, t, stops)
     if n == 1:
         return texts
     return [texts[i * n:(i + 1) * n] for i in range(len(prompts))]

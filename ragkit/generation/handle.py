@@ -62,6 +62,8 @@ class ModelHandle:
         The Hugging Face model and its tokenizer (a tokenizer without a pad token gets its EOS).
     batch_size
         Sequences per forward pass.
+    decode_batch_size
+        Rows per greedy decoding step, several prefill batches stacked (``None``: ``batch_size``).
     max_length
         Context window in tokens.
     show_progress
@@ -84,10 +86,11 @@ class ModelHandle:
     keep_arg: str | None
     cache_arg: str
     counters: dict[str, int] = field(default_factory=lambda: {"prefill_tokens": 0, "decode_tokens": 0, "forwards": 0})
+    decode_batch_size: int | None = None
 
     @classmethod
     def wrap(cls, model: Any, tokenizer: Any, *, batch_size: int, max_length: int,
-             show_progress: bool | None = None) -> ModelHandle:
+             show_progress: bool | None = None, decode_batch_size: int | None = None) -> ModelHandle:
         """A handle for ``model`` and ``tokenizer`` (sets the tokenizer's pad token to EOS when it has none)."""
         if tokenizer.pad_token_id is None:
             if tokenizer.eos_token is None:
@@ -101,7 +104,7 @@ class ModelHandle:
                 eos.update(int(e) for e in src)
         return cls(model=model, tokenizer=tokenizer, batch_size=int(batch_size), max_length=int(max_length),
                    show_progress=show_progress, pad_id=int(tokenizer.pad_token_id), eos_ids=tuple(sorted(eos)),
-                   keep_arg=keep_argument(model), cache_arg=cache_argument(model))
+                   keep_arg=keep_argument(model), cache_arg=cache_argument(model), decode_batch_size=decode_batch_size)
 
     @property
     def device(self) -> str:

@@ -22,21 +22,21 @@ with that row (its own length ``l_m``, masked beyond), recomputing only the rest
 query costs are ``P + Σ_m (|x_m| - l_m)`` with ``P = max_{m ≠ ref} l_m``. :func:`run_orderings` goes further
 (one prefill per ordering): it generates each ordering's answer from that cache and then scores
 candidate answers as continuations of each ordering's cached prompt, so an ordering's passages are
-never prefilled twice. Its greedy decoding runs up to :func:`decode_rows` rows at a time, several
-prefill batches stacked: a decoding step costs little more for four times the rows.
+never prefilled twice. Its greedy decoding stacks prefill batches up to the generator's
+``decode_batch_size`` rows.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ragkit.batching import length_buckets
 from ragkit.generation.base import CandidateFn, OrderingRun, ScoreResult
-from ragkit.generation.decoding import decode_loop, finish_text, generate
+from ragkit.generation.decoding import Prefilled, decode_prefilled, decode_rows, finish_text, generate
 from ragkit.generation.fitting import answer_text, encode_answers, encode_prompts, fit_prompt_ids
 from ragkit.generation.handle import ModelHandle, cache_ok, chunks, crop, forward_logits, layout, positions
 from ragkit.generation.layout import PromptSettings, candidate_rounds, ordering_inputs, ordering_prompts, per_query
@@ -54,9 +54,6 @@ logger = logging.getLogger(__name__)
 #: The fixed cost of one forward, in token-equivalents, traded against padding when rows are cut
 #: into length buckets (:func:`ragkit.batching.length_buckets`); a decoding batch pays it per step.
 FORWARD_COST_TOKENS = 32
-
-#: Most rows one decoding batch of :func:`run_orderings` gathers from several prefill batches.
-DECODE_ROWS = 32
 
 __all__ = ["score", "score_orderings", "run_orderings", "common_prefix_len", "prefix_plan"]
 
@@ -199,17 +196,6 @@ def _groups(p_ids: Sequence[Sequence[Sequence[int]]], batch_size: int) -> list[l
 
 Plan = tuple[int, list[int]]  # (reference row, prefix length reused by each row): prefix_plan()
 
-
-def decode_rows(batch_size: int) -> int:
-    """Rows of one decoding batch: ``max(b, min(4b, DECODE_ROWS))`` for prefill batches of ``b`` rows.
-
-    A decoding step reads every weight to produce one token per row, so its time grows far more
-    slowly with the rows than a prefill's (on 2 CPU cores, the reference generator at a cache of
-    600 tokens: 0.54 s a step for 8 rows, 1.0 s for 32). Rows prefilled ``b`` at a time are
-    therefore decoded up to four prefill batches together; the cap keeps the key/value caches of a
-    decoding batch within a few prefill batches' activations on a GPU with a large ``b``.
-    """
-    return max(batch_size, min(4 * batch_size, DECODE_ROWS))
 
 
 def _prefix_cache(h: ModelHandle, queries: Sequence[int], p_ids: Sequence[Sequence[Sequence[int]]],
@@ -372,7 +358,7 @@ def run_orderings(
     cached_q = [q for q in range(n) if q not in set(plain)]
     lps: dict[tuple[int, int, int], np.ndarray] = {}
     with torch.inference_mode():
-        for g in progress(_groups([p_ids[q] for q in cached_q], decode_rows(h.batch_size)), show=h.show_progress,
+        for g in progress(_groups([p_ids[q] for q in cached_q], decode_rows(h)), show=h.show_progress,
                           desc="run orderings", leave=False):
             group = [cached_q[j] for j in g]
             _run_group(h, group, prompts, p_ids, plans, max_new_tokens, stops, candidates, runs,
@@ -399,58 +385,6 @@ def run_orderings(
     return out
 
 
-class _Prefilled(NamedTuple):
-    """Rows whose prompts are all in ``cache``: ``(query, ordering)`` ids, the mask over the cache, the
-    last prompt position's logits, token and position per row."""
-
-    rows: list[tuple[int, int]]
-    cache: Any
-    mask: torch.Tensor
-    logits: torch.Tensor
-    last_ids: torch.Tensor
-    last_pos: torch.Tensor
-
-
-def _decode_batches(parts: Sequence[_Prefilled], max_rows: int) -> list[list[_Prefilled]]:
-    """Consecutive prefilled batches gathered while their rows fit ``max_rows`` (one batch may exceed it alone)."""
-    out: list[list[_Prefilled]] = []
-    rows = 0
-    for part in parts:
-        if out and rows + len(part.rows) <= max_rows:
-            out[-1].append(part)
-            rows += len(part.rows)
-        else:
-            out.append([part])
-            rows = len(part.rows)
-    return out
-
-
-def _stack(parts: Sequence[_Prefilled]) -> _Prefilled:
-    """One batch of several prefilled ones: caches and masks left-padded to the widest, rows stacked.
-
-    Every row's prompt then ends in the last column, as :func:`decode_loop` and the candidate rounds
-    need; the padding columns are masked out, and positions are the rows' own.
-    """
-    import torch
-    from transformers import DynamicCache
-
-    if len(parts) == 1:
-        return parts[0]
-    width = max(p.mask.shape[1] for p in parts)
-
-    def left_pad(x: torch.Tensor, dim: int) -> torch.Tensor:
-        pad = [0, 0] * (x.dim() - 1 - dim) + [width - x.shape[dim], 0]
-        return torch.nn.functional.pad(x, pad)
-
-    layers = [[(layer.keys, layer.values) for layer in p.cache.layers] for p in parts]
-    cache = DynamicCache(ddp_cache_data=[(torch.cat([left_pad(kv[i][0], 2) for kv in layers]),
-                                          torch.cat([left_pad(kv[i][1], 2) for kv in layers]))
-                                         for i in range(len(layers[0]))])
-    return _Prefilled([r for p in parts for r in p.rows], cache, torch.cat([left_pad(p.mask, 1) for p in parts]),
-                      torch.cat([p.logits for p in parts]), torch.cat([p.last_ids for p in parts]),
-                      torch.cat([p.last_pos for p in parts]))
-
-
 def _run_group(
     h: ModelHandle,
     group: Sequence[int],
@@ -467,10 +401,9 @@ def _run_group(
 ) -> None:
     """Prefix once, each ordering's suffix once + greedy decoding, then candidates from the caches.
 
-    The suffixes are prefilled ``h.batch_size`` rows at a time (length buckets) and decoded up to
-    :func:`decode_rows` rows at a time: the prefilled batches' caches are left-padded to one width
-    and stacked (positions are explicit and the mask hides the padding, so every row computes what
-    it would alone, up to float error).
+    The suffixes are prefilled ``h.batch_size`` rows at a time (length buckets) and decoded
+    :func:`~ragkit.generation.decoding.decode_rows` rows at a time (the prefilled batches' caches
+    stacked: :func:`~ragkit.generation.decoding.decode_prefilled`).
     """
     import torch
 
@@ -481,22 +414,25 @@ def _run_group(
     states = []
     tokens: dict[tuple[int, int], tuple[list[int], list[float]]] = {}
     work = [len(p_ids[q][m]) - plans[q][1][m] for q, m in rows]
-    prefilled: list[_Prefilled] = []
-    for b in length_buckets(work, h.batch_size, forward_cost_tokens=FORWARD_COST_TOKENS):
-        sel = [rows[j] for j in b]
-        idx = torch.tensor([local[q] for q, _ in sel], device=dev, dtype=torch.long)
-        reuse = [plans[q][1][m] for q, m in sel]
-        ids, mask = layout(h, [p_ids[q][m][r:] for (q, m), r in zip(sel, reuse)], [[] for _ in sel])
-        cache, pre_mask = _row_cache(h, kv, idx, reuse)
-        full_mask = torch.cat([pre_mask, mask], dim=1)
-        offs = torch.tensor(reuse, device=dev, dtype=torch.long)
-        pos = positions(mask, offs)
-        logits, cache = forward_logits(h, ids, full_mask, pos, past=cache, keep=1)
-        prefilled.append(_Prefilled(sel, cache, full_mask, logits[:, -1], ids[:, -1], pos[:, -1]))
-    for batch in _decode_batches(prefilled, decode_rows(h.batch_size)):
-        sel, cache, full_mask, last_logits, last_ids, last_pos = _stack(batch)
-        new, logps = decode_loop(h, cache, last_ids[:, None], full_mask, last_pos[:, None], max_new_tokens, stops,
-                                 min_new_tokens=min_new_tokens, logits=last_logits)
+
+    def prefilled() -> Iterator[Prefilled]:
+        # a bucket decoded alone pays the forward's fixed cost at every decoding step too
+        alone = decode_rows(h) == h.batch_size
+        cost = FORWARD_COST_TOKENS * (1 + max_new_tokens) if alone else FORWARD_COST_TOKENS
+        for b in length_buckets(work, h.batch_size, forward_cost_tokens=cost):
+            sel = [rows[j] for j in b]
+            idx = torch.tensor([local[q] for q, _ in sel], device=dev, dtype=torch.long)
+            reuse = [plans[q][1][m] for q, m in sel]
+            ids, mask = layout(h, [p_ids[q][m][r:] for (q, m), r in zip(sel, reuse)], [[] for _ in sel])
+            cache, pre_mask = _row_cache(h, kv, idx, reuse)
+            full_mask = torch.cat([pre_mask, mask], dim=1)
+            pos = positions(mask, torch.tensor(reuse, device=dev, dtype=torch.long))
+            logits, cache = forward_logits(h, ids, full_mask, pos, past=cache, keep=1)
+            yield Prefilled(sel, cache, full_mask, logits[:, -1], ids[:, -1], pos[:, -1])
+
+    for batch, new, logps in decode_prefilled(h, prefilled(), decode_rows(h), max_new_tokens, stops,
+                                              min_new_tokens=min_new_tokens):
+        sel, cache, full_mask, _, last_ids, last_pos = batch
         for (q, m), t, lp in zip(sel, new, logps):
             tokens[(q, m)] = (t, lp)
         if candidates is not None:

@@ -91,23 +91,27 @@ def test_run_orderings_equals_generate_then_score(gen: Generator, passages: list
         assert all(runs[q].scores[1].num_tokens[m] == 0 for m in dead)
 
 
-def test_decoding_batches_several_prefill_batches(gen: Generator, passages: list[Passage]) -> None:
-    """Rows prefilled ``batch_size`` (3) at a time are decoded together, up to ``decode_rows(3)`` = 12:
-    every decoding step serves all 12 orderings of the two queries, and the answers stay greedy's."""
-    from ragkit.generation.scoring import decode_rows
-
-    assert [decode_rows(b) for b in (1, 3, 8, 16, 64)] == [4, 12, 32, 32, 64]
+@pytest.mark.parametrize("decode_batch_size", [None, 12])
+def test_decoding_batches_several_prefill_batches(gen: Generator, passages: list[Passage],
+                                                  decode_batch_size: int | None) -> None:
+    """Rows prefilled ``batch_size`` (3) at a time are decoded ``decode_batch_size`` at a time: with 12,
+    every decoding step serves all 12 orderings of the two queries; by default, 3. The answers stay greedy's."""
     ods1 = [[int(i) for i in np.random.default_rng(s).permutation(4)] for s in range(8)]
     ods2 = [[0, 1], [1], [], [1, 0]]
     shapes: list[tuple[int, int]] = []
     hook = gen.model.register_forward_pre_hook(
         lambda _m, _args, kw: shapes.append(tuple(kw["input_ids"].shape)), with_kwargs=True)
+    gen.decode_batch_size = decode_batch_size
     try:
         runs = gen.run_orderings([Q1, Q2], [passages, passages[:2]], [ods1, ods2], max_new_tokens=5)
     finally:
         hook.remove()
+        gen.decode_batch_size = None
     steps = [s for s in shapes if s[1] == 1]
-    assert steps and all(rows == 12 for rows, _ in steps) and len(steps) <= 4, shapes
+    if decode_batch_size:
+        assert steps and all(rows == 12 for rows, _ in steps) and len(steps) <= 4, shapes
+    else:
+        assert steps and max(rows for rows, _ in steps) <= 3, shapes
     assert max(rows for rows, width in shapes if width > 1) <= 3  # prefills stay within batch_size
     for run, question, ps, ods in ((runs[0], Q1, passages, ods1), (runs[1], Q2, passages[:2], ods2)):
         prompts = [gen.build_prompt(question, [ps[i] for i in o]) for o in ods]

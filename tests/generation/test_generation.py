@@ -113,6 +113,31 @@ def test_greedy_batched_generate_equals_one_by_one(gen: Generator, passages: lis
     assert all(isinstance(t, str) for t in batched)
 
 
+def test_greedy_decoding_batches_several_prefill_batches_and_sampling_does_not(gen: Generator,
+                                                                               passages: list[Passage]) -> None:
+    """With ``batch_size`` 3 and ``decode_batch_size`` 12 every greedy decoding step serves all the prompts
+    while each prefill stays within 3 rows, and the answers are those of one prompt at a time; sampling
+    decodes each prefill batch alone, so that a seed's draws do not depend on how many rows decode together."""
+    prompts = [gen.build_prompt(QUESTION, [passages[i] for i in o]) for o in _orders()] + ["Paris is"]
+    shapes: list[tuple[int, int]] = []
+    hook = gen.model.register_forward_pre_hook(
+        lambda _m, _args, kw: shapes.append(tuple(kw["input_ids"].shape)), with_kwargs=True)
+    gen.decode_batch_size = 12
+    try:
+        answers = gen.generate(prompts, max_new_tokens=4, min_new_tokens=4)
+        greedy = list(shapes)
+        shapes.clear()
+        gen.generate(prompts, max_new_tokens=4, min_new_tokens=4, temperature=1.0, seed=0)
+    finally:
+        hook.remove()
+        gen.decode_batch_size = None
+    assert answers == [gen.generate([p], max_new_tokens=4, min_new_tokens=4)[0] for p in prompts]
+    assert len(prompts) > 3
+    assert [rows for rows, width in greedy if width == 1] == [len(prompts)] * 3, greedy
+    assert max(rows for rows, width in greedy if width > 1) <= 3
+    assert max(rows for rows, _ in shapes) <= 3, shapes
+
+
 def test_greedy_decoding_uses_the_cache_under_its_current_name(gen: Generator) -> None:
     """Greedy decoding with the KV cache equals re-running the full sequence at every step, and
     passes the cache under the name the installed transformers takes (no deprecation warning)."""
@@ -198,6 +223,8 @@ def test_passage_max_tokens(tiny_lm_dir: Path, passages: list[Passage]) -> None:
 
 
 def test_bad_input_raises(gen: Generator, passages: list[Passage]) -> None:
+    with pytest.raises(ValueError, match="decode_batch_size"):
+        gen.decode_batch_size = 0
     with pytest.raises(ValueError, match="answers"):
         gen.score(["a", "b"], ["x"])
     with pytest.raises(ValueError, match="empty"):
