@@ -197,7 +197,6 @@ def _groups(p_ids: Sequence[Sequence[Sequence[int]]], batch_size: int) -> list[l
 Plan = tuple[int, list[int]]  # (reference row, prefix length reused by each row): prefix_plan()
 
 
-
 def _prefix_cache(h: ModelHandle, queries: Sequence[int], p_ids: Sequence[Sequence[Sequence[int]]],
                   plans: Sequence[Plan]) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """Key/value tensors of the queries' cached prefixes (each its reference row's, right-padded),
