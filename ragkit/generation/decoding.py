@@ -161,8 +161,12 @@ def decode_prefilled(
     max_new_tokens: int,
     stops: Sequence[str],
     min_new_tokens: int = 0,
+    temperature: float = 0.0,
+    top_p: float = 1.0,
+    rng: torch.Generator | None = None,
 ) -> Iterator[tuple[Prefilled, list[list[int]], list[list[float]]]]:
-    """Greedy decoding of prefilled batches, consecutive ones stacked while their rows fit ``max_rows``.
+    """Decoding of prefilled batches (greedy unless ``temperature``), consecutive ones stacked while
+    their rows fit ``max_rows``.
 
     ``parts`` is read lazily, so at most ``max_rows`` rows of caches (plus one batch) are held. Yields
     each stacked batch (its cache then holds the prompts and the generated tokens) with the new
@@ -173,7 +177,7 @@ def decode_prefilled(
     def run() -> tuple[Prefilled, list[list[int]], list[list[float]]]:
         st = _stack(pending)
         new, logps = decode_loop(h, st.cache, st.last_ids[:, None], st.mask, st.last_pos[:, None], max_new_tokens,
-                                 stops, min_new_tokens=min_new_tokens, logits=st.logits)
+                                 stops, temperature, top_p, rng, min_new_tokens, logits=st.logits)
         return st, new, logps
 
     for part in parts:
@@ -245,18 +249,13 @@ def generate(
             idx = [order[j] for j in b]
             yield _prefill(h, [p_ids[rows[r][0]] for r in idx], idx)
 
+    # sampling decodes each prefill batch alone, so that a seed's draws do not depend on decode_rows(h)
+    rows_per_step = decode_rows(h) if temperature == 0 else h.batch_size
     with torch.inference_mode():
-        if temperature == 0:  # greedy: prefill batches stacked up to decode_rows(h)
-            for st, new, _ in decode_prefilled(h, prefilled(), decode_rows(h), max_new_tokens, stops,
-                                               min_new_tokens):
-                for r, t in zip(st.rows, new):
-                    texts[r] = finish_text(h, t, stops)
-        else:  # sampling decodes each prefill batch alone: a seed's draws do not depend on decode_rows(h)
-            for st in prefilled():
-                new, _ = decode_loop(h, st.cache, st.last_ids[:, None], st.mask, st.last_pos[:, None], max_new_tokens,
-                                     stops, temperature, top_p, rng, min_new_tokens, logits=st.logits)
-                for r, t in zip(st.rows, new):
-                    texts[r] = finish_text(h, t, stops)
+        for st, new, _ in decode_prefilled(h, prefilled(), rows_per_step, max_new_tokens, stops, min_new_tokens,
+                                           temperature, top_p, rng):
+            for r, t in zip(st.rows, new):
+                texts[r] = finish_text(h, t, stops)
     if n == 1:
         return texts
     return [texts[i * n:(i + 1) * n] for i in range(len(prompts))]

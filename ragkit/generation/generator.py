@@ -182,7 +182,9 @@ class Generator:
     @property
     def decode_batch_size(self) -> int:
         """Rows per greedy decoding step (at least ``batch_size``; see the class docstring)."""
-        return max(self.batch_size, self.handle.decode_batch_size or self.batch_size)
+        from ragkit.generation.decoding import decode_rows
+
+        return decode_rows(self.handle)
 
     @decode_batch_size.setter
     def decode_batch_size(self, value: int | None) -> None:
