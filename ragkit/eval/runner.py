@@ -765,12 +765,6 @@ def _model_passes(ranking: RankedList) -> float:
     return round(ranking.info.forward_passes / max(1, ranking.info.batch_queries), 2)
 
 
-def _chunk_cost(meter: Any, seconds: float, n: int) -> dict[str, Any]:
-    """Per-question share of one chunk's model work (a :class:`ragkit.generation.base.Cost`) and wall time."""
-    return {"forwards": round(meter.forward_passes / n, 2), "tokens_prefilled": round(meter.tokens_prefilled / n, 2),
-            "tokens_generated": round(meter.tokens_generated / n, 2), "seconds": round(seconds / n, 4)}
-
-
 def run_eval(
     cfg: EvalConfig,
     out: str | os.PathLike[str] = DEFAULT_REPORT,
@@ -947,9 +941,9 @@ def run_eval(
                     rankings = [cache[r.id][0] for r in chunk] if reused else method.rank_many(*args)
                 rank_s = time.perf_counter() - tc
                 outs = method.run_many(*args, True, rankings=rankings)
-            cost = _chunk_cost(meter, time.perf_counter() - tc, len(chunk))
+            cost = meter.per_item(len(chunk), time.perf_counter() - tc)
             rows = [_row(m, r, c, o, dataset, cost) for r, c, o in zip(chunk, cands, outs)]
-            rank_cost = _chunk_cost(rank_meter, rank_s, len(chunk))
+            rank_cost = rank_meter.per_item(len(chunk), rank_s)
             for r, row, rk in zip(chunk, rows, rankings):
                 if reused:  # the ledger charges the ranking this row stands on, then its own placement + answer
                     row["ranking_cost"] = base_cost = cache[r.id][1]

@@ -31,13 +31,17 @@ instruction, the question and, between two slots, the distractors before the ear
 computed once, each context's rest once, and the gold answer is scored as a continuation of the
 context's own cache. The greedy answers are those of ``answer`` and the log-probs those of
 ``score``, up to float error, at about half the prefill of answering and scoring each context
-apart.
+apart. Each per-question row carries ``cost``: its chunk's model work (forwards, tokens prefilled
+and generated, counted by :func:`ragkit.generation.base.metered`) and wall seconds shared equally
+over the chunk's contexts (one batched call, whose contexts' own costs are not separable), so a
+question's cost is the sum of its rows and :attr:`SweepResult.cost` the run's total.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -45,7 +49,7 @@ from typing import Any
 import numpy as np
 
 from ragkit.eval.metrics import best_subspan_em
-from ragkit.generation.base import generator_fingerprint
+from ragkit.generation.base import generator_fingerprint, metered
 from ragkit.io import append_jsonl, progress, resume_appended_jsonl
 from ragkit.text import normalize_answer
 from ragkit.types import Passage, QARecord
@@ -114,7 +118,9 @@ class SweepResult:
     per k and question id, the values the summary averages (``subspan_em`` and ``logprob``: means
     over the gold slots; ``subspan_em_spread`` and ``logprob_spread``: ``max − min`` over the slots,
     NaN with fewer than two; ``psr``: 1.0 when the greedy answer changed across the random orders,
-    NaN without permutations), so that a study pairs questions across models without recomputing them.
+    NaN without permutations), so that a study pairs questions across models without recomputing them;
+    ``cost``: the summed ledger of the per-question rows (``contexts``: rows with a ledger; rows
+    resumed from a partial file written before rows carried one have ``cost`` None and are not counted).
     """
 
     model: str
@@ -126,6 +132,7 @@ class SweepResult:
     summary: dict[str, Any] = field(default_factory=dict)
     config: dict[str, Any] = field(default_factory=dict)
     per_question_metrics: dict[int, dict[str, dict[str, float]]] = field(default_factory=dict)
+    cost: dict[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict."""
@@ -139,6 +146,7 @@ class SweepResult:
             "config": self.config,
             "per_question": self.per_question,
             "per_question_metrics": {str(k): v for k, v in self.per_question_metrics.items()},
+            "cost": self.cost,
         }
 
     def row(self, setting: str, k: int | None = None, slot: int | None = None) -> dict[str, Any]:
@@ -289,6 +297,7 @@ def position_sweep(
     em = np.full(len(settings), np.nan)
     lp = np.full(len(settings), np.nan)
     preds: list[str] = [""] * len(settings)
+    costs: list[dict[str, float] | None] = [None] * len(settings)
     config: dict[str, Any] = {"seed": seed, "max_new_tokens": max_new_tokens, "pool_size": len(pool)}
     if permutations:
         config["permutations"] = permutations
@@ -300,7 +309,7 @@ def position_sweep(
         i, st, kk, s, o, _ = settings[j]
         row = {"qid": recs[i].id, "setting": st, "k": kk, "slot": s, "passage_ids": [c.id for c in context(j)],
                "gold_id": golds[i].id, "prediction": preds[j], "subspan_em": float(em[j]),  # type: ignore[union-attr]
-               "logprob": float(lp[j])}
+               "logprob": float(lp[j]), "cost": costs[j]}
         if o is not None:
             row["order"] = o
         return row
@@ -318,6 +327,7 @@ def position_sweep(
             row = done.get((recs[i].id, st, kk, s, o))
             if row is not None and row["passage_ids"] == [c.id for c in context(j)]:
                 preds[j], em[j], lp[j] = row["prediction"], row["subspan_em"], row["logprob"]
+                costs[j] = row.get("cost")
         todo = [j for j in range(len(settings)) if (generate and np.isnan(em[j])) or (scored(j) and np.isnan(lp[j]))]
         if len(todo) < len(settings):
             logger.info("resuming: %d of %d sweep contexts already in %s", len(settings) - len(todo),
@@ -336,21 +346,26 @@ def position_sweep(
         pss = [query_passages(i, kk) for i, kk in qkeys]
         ods = [[settings[j][5] for j in queries[key]] for key in qkeys]
         gold_answers = [recs[i].answers[0] for i, _ in qkeys]
-        if generate:
-            # greedy answers as ``answer`` gives them (EOS never first), the gold answer scored from
-            # each ordering's own cache (``""``: a permutation, not scored)
-            rounds = [[[gold_answers[q] if scored(j) else "" for j in queries[key]]] for q, key in enumerate(qkeys)]
-            runs = generator.run_orderings(qs, pss, ods, (lambda q, _answers, r=rounds: r[q]) if score else None,
-                                           max_new_tokens=max_new_tokens, min_new_tokens=1)
-            for q, run in enumerate(runs):
-                for m, j in enumerate(queries[qkeys[q]]):
-                    preds[j], em[j] = run.answers[m], best_subspan_em(run.answers[m], recs[settings[j][0]].answers)
-                    if scored(j):
-                        lp[j] = float(run.scores[0].mean[m])
-        elif qkeys:
-            for q, res in enumerate(generator.score_orderings(qs, pss, ods, gold_answers)):
-                for m, j in enumerate(queries[qkeys[q]]):
-                    lp[j] = float(res.mean[m])
+        t0 = time.perf_counter()
+        with metered() as meter:  # this chunk's model work
+            if generate:
+                # greedy answers as ``answer`` gives them (EOS never first), the gold answer scored from
+                # each ordering's own cache (``""``: a permutation, not scored)
+                rounds = [[[gold_answers[q] if scored(j) else "" for j in queries[key]]] for q, key in enumerate(qkeys)]
+                runs = generator.run_orderings(qs, pss, ods, (lambda q, _answers, r=rounds: r[q]) if score else None,
+                                               max_new_tokens=max_new_tokens, min_new_tokens=1)
+                for q, run in enumerate(runs):
+                    for m, j in enumerate(queries[qkeys[q]]):
+                        preds[j], em[j] = run.answers[m], best_subspan_em(run.answers[m], recs[settings[j][0]].answers)
+                        if scored(j):
+                            lp[j] = float(run.scores[0].mean[m])
+            elif qkeys:
+                for q, res in enumerate(generator.score_orderings(qs, pss, ods, gold_answers)):
+                    for m, j in enumerate(queries[qkeys[q]]):
+                        lp[j] = float(res.mean[m])
+        share = meter.per_item(len(js), time.perf_counter() - t0)
+        for j in js:
+            costs[j] = dict(share)
         if partial is not None:
             append_jsonl(partial, [per_question_row(j) for j in js])
 
@@ -403,7 +418,14 @@ def position_sweep(
         summary=summary,
         config=config,
         per_question_metrics=per_q_metrics,
+        cost=_total_cost([c for c in costs if c is not None]),
     )
+
+
+def _total_cost(shares: Sequence[dict[str, float]]) -> dict[str, float]:
+    """The summed ledger of the rows that carry one, and how many they are (``contexts``)."""
+    keys = ("forwards", "tokens_prefilled", "tokens_generated", "seconds")
+    return {"contexts": len(shares), **{key: round(sum(float(c.get(key, 0.0)) for c in shares), 4) for key in keys}}
 
 
 def _nan_mean(values: Sequence[float]) -> float:

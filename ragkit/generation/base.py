@@ -36,6 +36,16 @@ class Cost:
     tokens_prefilled: int = 0
     tokens_generated: int = 0
 
+    def per_item(self, n: int, seconds: float) -> dict[str, float]:
+        """This work and ``seconds`` of wall time, shared equally over the ``n`` items of one batched call.
+
+        The items of a batched call (questions, contexts) share its forwards, so their own costs
+        are not separable; each gets the mean, and the shares of a call sum to its totals.
+        """
+        n = max(1, int(n))
+        return {"forwards": round(self.forward_passes / n, 2), "tokens_prefilled": round(self.tokens_prefilled / n, 2),
+                "tokens_generated": round(self.tokens_generated / n, 2), "seconds": round(seconds / n, 4)}
+
 
 _METERS: contextvars.ContextVar[tuple[Cost, ...]] = contextvars.ContextVar("ragkit_cost_meters", default=())
 

@@ -536,9 +536,7 @@ def generate_labels(
                 generate_answer=False,
             )
         n = len(batch)
-        cost = {"cost": {"seconds": round((time.perf_counter() - tb) / n, 3),
-                         "forwards": round(meter.forward_passes / n, 2),
-                         "tokens_prefilled": round(meter.tokens_prefilled / n, 2), "batch_questions": n}}
+        cost = {"cost": {**meter.per_item(n, time.perf_counter() - tb), "batch_questions": n}}
         labels = labels_from_results(batch, results, generator_name=gen_name, design=design,
                                      outcome=outcome, source=source, metadata=[cost] * n)
         append_jsonl(path, (lab.to_dict() for lab in labels))

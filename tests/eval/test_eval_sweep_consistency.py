@@ -142,9 +142,30 @@ def test_position_sweep_resumes_from_its_partial_file(tmp_path: Path, tiny_gen, 
     assert [r["prediction"] for r in again.per_question] == [r["prediction"] for r in full.per_question]
     assert [r["logprob"] for r in again.per_question] == pytest.approx([r["logprob"] for r in full.per_question],
                                                                        abs=1e-4)
+    # each row carries its share of its chunk's ledger; a question's rows sum to the chunk's work
+    for res in (full, again):
+        assert all(r["cost"]["seconds"] > 0 and r["cost"]["tokens_prefilled"] > 0 and r["cost"]["forwards"] >= 1
+                   for r in res.per_question)
+        assert res.cost["contexts"] == 18
+        shares = [r["cost"]["tokens_prefilled"] for r in res.per_question]
+        assert res.cost["tokens_prefilled"] == pytest.approx(sum(shares), abs=0.1)
+    # a resumed row keeps the ledger it was written with, and the rows run again are metered anew
+    assert [r["cost"] for r in again.per_question[:6]] == [r["cost"] for r in full.per_question[:6]]
+    assert all(r["cost"]["tokens_prefilled"] == pytest.approx(f["cost"]["tokens_prefilled"], abs=0.1)
+               for r, f in zip(again.per_question[6:], full.per_question[6:]))
     done = _Counting(tiny_gen)
     position_sweep(done, pool[:3], **kw)
     assert done.answered == 0  # everything is in the file now
+    # rows written before rows carried a ledger resume with none, and the total counts only the metered ones
+    lines = partial.read_text().splitlines()
+    old = [json.loads(line) for line in lines[1:7]]
+    for row in old:
+        del row["cost"]
+    partial.write_text("\n".join([lines[0], *map(json.dumps, old), *lines[7:]]) + "\n")
+    mixed = position_sweep(_Counting(tiny_gen), pool[:3], **kw)
+    assert [r["cost"] for r in mixed.per_question[:6]] == [None] * 6
+    assert mixed.cost["contexts"] == 12
+    assert mixed.cost["seconds"] == pytest.approx(sum(r["cost"]["seconds"] for r in mixed.per_question[6:]), abs=1e-3)
     with pytest.raises(ValueError, match="other settings"):
         position_sweep(tiny_gen, pool[:3], **{**kw, "seed": 2})
     fresh = _Counting(tiny_gen)
