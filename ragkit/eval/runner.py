@@ -77,7 +77,7 @@ from ragkit.eval.metrics import (
     rouge_l,
 )
 from ragkit.eval.stats import bootstrap_ci
-from ragkit.generation.base import metered
+from ragkit.generation.base import SHARE_KEYS, metered
 from ragkit.io import (
     append_jsonl,
     atomic_write_text,
@@ -500,7 +500,7 @@ def ranking_sources(cfg: EvalConfig) -> dict[str, str]:
     return out
 
 
-LEDGER_KEYS: tuple[str, ...] = ("generator_calls", "forwards", "tokens_prefilled", "tokens_generated", "seconds")
+LEDGER_KEYS: tuple[str, ...] = ("generator_calls", *SHARE_KEYS)
 """The cost ledger of every row (generator sequences, model forwards, prefilled and generated tokens, seconds)."""
 
 
@@ -949,7 +949,7 @@ def run_eval(
                     row["ranking_cost"] = base_cost = cache[r.id][1]
                     row["ranking_reused_from"] = sources[m]
                     row["cost"].update({key: round(row["cost"][key] + base_cost[key], 4 if key == "seconds" else 2)
-                                        for key in LEDGER_KEYS[1:]})
+                                        for key in SHARE_KEYS})
                     row["seconds"] = row["cost"]["seconds"]
                 else:
                     row["ranking_cost"] = {"generator_calls": int(rk.info.generator_calls), **rank_cost,

@@ -49,7 +49,7 @@ from typing import Any
 import numpy as np
 
 from ragkit.eval.metrics import best_subspan_em
-from ragkit.generation.base import generator_fingerprint, metered
+from ragkit.generation.base import SHARE_KEYS, generator_fingerprint, metered
 from ragkit.io import append_jsonl, progress, resume_appended_jsonl
 from ragkit.text import normalize_answer
 from ragkit.types import Passage, QARecord
@@ -424,8 +424,8 @@ def position_sweep(
 
 def _total_cost(shares: Sequence[dict[str, float]]) -> dict[str, float]:
     """The summed ledger of the rows that carry one, and how many they are (``contexts``)."""
-    keys = ("forwards", "tokens_prefilled", "tokens_generated", "seconds")
-    return {"contexts": len(shares), **{key: round(sum(float(c.get(key, 0.0)) for c in shares), 4) for key in keys}}
+    totals = {key: round(sum(float(c.get(key, 0.0)) for c in shares), 4) for key in SHARE_KEYS}
+    return {"contexts": len(shares), **totals}
 
 
 def _nan_mean(values: Sequence[float]) -> float:

@@ -24,7 +24,13 @@ from ragkit.types import Passage
 if TYPE_CHECKING:  # pragma: no cover
     from ragkit.generation.prompts import PromptTemplate
 
-__all__ = ["ScoreResult", "OrderingRun", "GeneratorLike", "Cost", "metered", "charge", "generator_fingerprint"]
+__all__ = [
+    "ScoreResult", "OrderingRun", "GeneratorLike", "Cost", "SHARE_KEYS", "metered", "charge", "generator_fingerprint",
+]
+
+
+SHARE_KEYS: tuple[str, ...] = ("forwards", "tokens_prefilled", "tokens_generated", "seconds")
+"""The keys of :meth:`Cost.per_item`'s ledger."""
 
 
 @dataclass
@@ -43,8 +49,8 @@ class Cost:
         are not separable; each gets the mean, and the shares of a call sum to its totals.
         """
         n = max(1, int(n))
-        return {"forwards": round(self.forward_passes / n, 2), "tokens_prefilled": round(self.tokens_prefilled / n, 2),
-                "tokens_generated": round(self.tokens_generated / n, 2), "seconds": round(seconds / n, 4)}
+        work = (self.forward_passes, self.tokens_prefilled, self.tokens_generated)
+        return dict(zip(SHARE_KEYS, (*(round(w / n, 2) for w in work), round(seconds / n, 4)), strict=True))
 
 
 _METERS: contextvars.ContextVar[tuple[Cost, ...]] = contextvars.ContextVar("ragkit_cost_meters", default=())
