@@ -3,6 +3,12 @@
 Tests that start processes or load the embedded default models are ``slow``: marked by hand
 (``@pytest.mark.slow``), or found here at collection (:func:`starts_processes`), so that
 ``-m "not slow"`` is the quick loop without anyone keeping a list.
+
+Under pytest-xdist (``-n 2``, the README's test command) each worker gets an equal share of the
+cores for torch and for the processes its tests start (:func:`pytest_configure`): two workers that
+each spin two threads on two cores ran the quick tests slower than one process did. The longest
+test starts first (:data:`LONGEST_FIRST`), so that the other worker's tests run beside it instead
+of after it.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ import functools
 import importlib.util
 import inspect
 import json
+import os
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -206,8 +213,30 @@ def starts_processes(func: object) -> bool:
     return bool(path) and getattr(func, "__name__", "") in _module_process_functions(path)
 
 
+LONGEST_FIRST = ("tests/test_readme_examples.py::test_every_readme_example_runs",)
+"""Node ids run first under xdist: the tests so long that the run's wall time is theirs plus whatever
+is queued behind them on their worker (the README examples: about half of the suite's time)."""
+
+
+def _worker_threads(workers: int) -> int:
+    """Threads for each of ``workers`` test processes: the usable cores shared equally, at least one."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, cores // workers)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT")  # set in each xdist worker before its config
+    if workers:
+        import torch
+
+        os.environ.setdefault("OMP_NUM_THREADS", str(_worker_threads(int(workers))))  # the processes tests start
+        torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         fn = getattr(item, "function", None)
         if fn is not None and item.get_closest_marker("slow") is None and starts_processes(fn):
             item.add_marker(pytest.mark.slow)
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # every worker collects, and must collect the same order
+        items.sort(key=lambda item: item.nodeid not in LONGEST_FIRST)

@@ -12,7 +12,7 @@ The convention (``docs/first-hour.md`` repeats it for whoever writes the README)
   labels.jsonl``). The files a reader brings are written first: :data:`FIXTURES`
   (``corpus.jsonl``, ``passages.jsonl``). An absolute ``/tmp/...`` path is moved into the folder;
   ``> FILE`` writes the command's stdout to ``FILE``; no other shell syntax is understood.
-* Each example runs **small**: ``--limit`` becomes 2 (and is added where the command takes it),
+* Each example runs **small**: ``--limit`` becomes 1 (and is added where the command takes it),
   ``--max-steps`` becomes 1, ``--epochs`` 1; everything else is as written.
 * ``ragkit serve`` examples are started, pass when ``/health`` answers, and are stopped (on a free
   port).
@@ -43,7 +43,7 @@ ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 SHARED = (ROOT / ".." / "shared").resolve()
 
-SMALL_LIMIT = "2"
+SMALL_LIMIT = "1"
 SMALL = {"--limit": SMALL_LIMIT, "--max-steps": "1", "--max_steps": "1", "--epochs": "1"}
 """Flags whose value is replaced so that each example runs in seconds to a few minutes."""
 

@@ -188,6 +188,7 @@ def test_model_error_fails_only_its_request(tiny_reranker: Any, live_server: Any
 
 def test_bearer_token_auth(tiny_reranker: Any, live_server: Any) -> None:
     import cohere
+    from cohere.errors import UnauthorizedError  # ``cohere.errors`` resolves only once the submodule is imported
 
     srv = live_server(create_app(tiny_reranker, ServeSettings(api_key="s3cret")))
     body = {"query": QUERY, "texts": DOCS}
@@ -195,7 +196,7 @@ def test_bearer_token_auth(tiny_reranker: Any, live_server: Any) -> None:
     r = httpx.post(srv.url + "/rerank", json=body, headers={"Authorization": "Bearer wrong"})
     assert r.status_code == 401 and r.headers["www-authenticate"] == "Bearer"
     assert httpx.post(srv.url + "/rerank", json=body, headers={"Authorization": "Bearer s3cret"}).status_code == 200
-    with pytest.raises(cohere.errors.UnauthorizedError):
+    with pytest.raises(UnauthorizedError):
         cohere.ClientV2(base_url=srv.url, api_key="wrong").rerank(model="m", query=QUERY, documents=DOCS)
     ok = cohere.ClientV2(base_url=srv.url, api_key="s3cret").rerank(model="m", query=QUERY, documents=DOCS)
     assert len(ok.results) == len(DOCS)
