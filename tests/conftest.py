@@ -7,8 +7,8 @@ Tests that start processes or load the embedded default models are ``slow``: mar
 Under pytest-xdist (``-n 2``, the README's test command) each worker gets an equal share of the
 cores for torch and for the processes its tests start (:func:`pytest_configure`): two workers that
 each spin two threads on two cores ran the quick tests slower than one process did. The longest
-test starts first (:data:`LONGEST_FIRST`), so that the other worker's tests run beside it instead
-of after it.
+tests start first (:data:`LONGEST_FIRST`), so that the other worker's tests run beside them instead
+of after them.
 """
 
 from __future__ import annotations
@@ -213,9 +213,9 @@ def starts_processes(func: object) -> bool:
     return bool(path) and getattr(func, "__name__", "") in _module_process_functions(path)
 
 
-LONGEST_FIRST = ("tests/test_readme_examples.py::test_every_readme_example_runs",)
-"""Node ids run first under xdist: the tests so long that the run's wall time is theirs plus whatever
-is queued behind them on their worker (the README examples: about half of the suite's time)."""
+LONGEST_FIRST = ("tests/test_readme_examples.py::test_readme_example_runs",)
+"""Tests (node ids up to their parameters) run first under xdist: the longest ones (the README's
+examples: about half of the suite's time), so that no worker is left with one of them at the end."""
 
 
 def _worker_threads(workers: int) -> int:
@@ -239,4 +239,4 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if fn is not None and item.get_closest_marker("slow") is None and starts_processes(fn):
             item.add_marker(pytest.mark.slow)
     if os.environ.get("PYTEST_XDIST_WORKER"):  # every worker collects, and must collect the same order
-        items.sort(key=lambda item: item.nodeid not in LONGEST_FIRST)
+        items.sort(key=lambda item: item.nodeid.partition("[")[0] not in LONGEST_FIRST)
