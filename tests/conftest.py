@@ -4,11 +4,11 @@ Tests that start processes or load the embedded default models are ``slow``: mar
 (``@pytest.mark.slow``), or found here at collection (:func:`starts_processes`), so that
 ``-m "not slow"`` is the quick loop without anyone keeping a list.
 
-Under pytest-xdist (``-n 2``, the README's test command) each worker gets an equal share of the
-cores for torch and for the processes its tests start (:func:`pytest_configure`): two workers that
-each spin two threads on two cores ran the quick tests slower than one process did. The longest
-tests start first (:data:`LONGEST_FIRST`), so that the other worker's tests run beside them instead
-of after them.
+Under pytest-xdist (``-n 2 --maxschedchunk 1``, the README's test command) each worker gets an
+equal share of the cores for torch and for the processes its tests start (:func:`pytest_configure`):
+two workers that each spin two threads on two cores ran the quick tests slower than one process did.
+The longest tests come first (:data:`LONGEST_FIRST`) and are handed out one at a time, so they
+spread over the workers and the short tests fill in around them instead of waiting behind them.
 """
 
 from __future__ import annotations
