@@ -149,3 +149,23 @@ def test_only_and_partial_dir_let_short_lived_machines_share_the_work(study: Mod
     r = json.loads(out.read_text())
     assert r["contrasts_status"] == "final" and r["decision"]["verdict"] != "pending"
     assert r["arms"]["shuffle"]["seeds"] == [0, 1]
+
+
+def test_cord_config_defaults_follow_the_committed_decision() -> None:
+    """Until the confirmation decides, ``CORDConfig`` keeps the paper's defaults (score-aware alpha,
+    lambda 1); once it has decided, the defaults are what its rule chose and the docstring names the run."""
+    import dataclasses
+
+    from ragkit.training.cord import CORDConfig
+
+    root = Path(__file__).parents[2]
+    result = json.loads((root / "experiments" / "cord" / "results" / "confirm-qwen-cpu.json").read_text())
+    decision = result["decision"]
+    defaults = {f.name: f.default for f in dataclasses.fields(CORDConfig) if f.name in ("loss", "lam", "alpha")}
+    paper = {"loss": "cord", "lam": 1.0, "alpha": None}
+    if decision["verdict"] == "pending":
+        assert defaults == paper, "the confirmation has not decided: keep the paper's defaults"
+        return
+    expected = decision["settings"] if decision["verdict"].startswith("adopt") else paper
+    assert defaults == expected, f"the committed decision ({decision['verdict']}) sets CORDConfig's defaults"
+    assert "confirm-qwen-cpu.json" in (CORDConfig.__doc__ or ""), "CORDConfig's docstring names the deciding run"
