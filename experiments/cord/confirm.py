@@ -120,6 +120,63 @@ def decide(plan: Mapping[str, Any], result: Mapping[str, Any]) -> dict[str, Any]
             "settings": arm_settings(plan, best) if adopt else None, "rule": plan["decision_rule"]["defaults"]}
 
 
+def table(result: Mapping[str, Any], n_boot: int = 2000) -> str:
+    """The study's page of tables (markdown), from its JSON alone.
+
+    Per context size, one row per arm: each metric's mean over the arm's seeds and the evaluation
+    questions with its two-level (seed, question) bootstrap 95% interval
+    (:func:`ragkit.eval.stats.seed_question_bootstrap`), the best − worst gap of the slot means and
+    EM at each gold slot (means over seeds). Then the headline contrasts of the primary metric (95%,
+    Bonferroni-widened interval, Holm p), the secondary metrics' contrasts, ``BEST_CORD`` with the
+    selection spreads that named it, and the decision.
+    """
+    from ragkit.eval.report import format_ci, markdown_table
+    from ragkit.eval.stats import seed_question_bootstrap
+
+    arms = result.get("arms", {})
+    out: list[str] = []
+    for k in (10, 20):
+        key = f"evaluation-k{k}"
+        have = [x for x, v in arms.items() if key in v.get("per_seed", {}).get("0", {}).get("sweeps", {})]
+        if not have:
+            continue
+        metrics = METRICS if k == 10 else METRICS[:3]  # no random orders at k = 20: no psr
+        slots: list[int] = []
+        rows = []
+        for arm in have:
+            sweeps = [r["sweeps"][key] for r in arms[arm]["per_seed"].values() if key in r.get("sweeps", {})]
+            cells = [format_ci(seed_question_bootstrap(per_seed_vectors(arms, arm, m, key), n_boot=n_boot, seed=0))
+                     for m in metrics]
+            gap = float(np.mean([sw["summary"][str(k)]["logprob"]["gap"] for sw in sweeps]))
+            em_slot: dict[int, list[float]] = {}
+            for sw in sweeps:
+                for r in sw["rows"]:
+                    if r["setting"] == "slot" and r["k"] == k:
+                        em_slot.setdefault(int(r["slot"]), []).append(r["subspan_em"])
+            slots = sorted(em_slot)
+            rows.append([arm, len(sweeps), len(sweeps[0]["per_question_metrics"]), *cells, f"{gap:.3f}",
+                         *(f"{np.mean(em_slot[s]):.3f}" for s in slots)])
+        out += [f"## k = {k}: arms (means over seeds and questions, 95% intervals over both)\n",
+                markdown_table(["arm", "seeds", "questions", *metrics, "gap", *(f"EM slot {s + 1}" for s in slots)],
+                               rows)]
+    for title, family in [("primary: spread", {"spread": result.get("contrasts", {}).get("spread", {})}),
+                          ("secondary", result.get("contrasts_secondary", {}))]:
+        rows = [[name, metric, format_ci(c), f"[{c['lo_bonferroni']:.3f}, {c['hi_bonferroni']:.3f}]",
+                 f"{c['p_holm']:.3f}"] for metric, cs in family.items() for name, c in cs.items()]
+        if rows:
+            out += [f"## Contrasts, k = 10 ({title})\n",
+                    markdown_table(["contrast", "metric", "difference [95%]", "Bonferroni", "p (Holm)"], rows)]
+    if result.get("selection_spread"):
+        best = result.get("best_cord")
+        out += ["## BEST_CORD (selection questions, seed 0)\n", markdown_table(
+            ["arm", "spread", "chosen"],
+            [[x, f"{v:.3f}", "yes" if x == best else ""] for x, v in result["selection_spread"].items()])]
+    decision = result.get("decision", {})
+    out.append(f"contrasts: {result.get('contrasts_status', 'not computed')}; "
+               f"decision: {decision.get('verdict', 'pending')}\n")
+    return "\n".join(out)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The study's options; the plan fixes everything else."""
     ap = pre_registered_parser(__doc__.split("\n")[0], HERE, script="experiments/cord/confirm.py",
@@ -357,6 +414,8 @@ def run(config: Mapping[str, Any]) -> int:
                           {"verdict": "pending", "why": "the plan's sweeps are not all recorded"})
     save()
     logging.info("contrasts: %s; decision: %s", result["contrasts_status"], result["decision"]["verdict"])
+    if not missing:  # the page's tables, once; table(json.load(...)) renders an interim JSON on request
+        print(table(result, a.n_boot))
     return 0
 
 

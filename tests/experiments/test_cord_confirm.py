@@ -29,7 +29,7 @@ def _small_plan(tmp_path: Path) -> Path:
 @pytest.mark.slow
 @pytest.mark.usefixtures("shared_data")
 def test_plan_carried_out_on_a_tiny_model(study: ModuleType, tiny_lm_dir: Path, tmp_path: Path,
-                                          monkeypatch: pytest.MonkeyPatch) -> None:
+                                          monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
     monkeypatch.setenv("RAGKIT_NO_PROGRESS", "1")
     plan = _small_plan(tmp_path)
     out = tmp_path / "confirm.json"
@@ -58,6 +58,11 @@ def test_plan_carried_out_on_a_tiny_model(study: ModuleType, tiny_lm_dir: Path, 
         assert v["lo_bonferroni"] <= v["lo"] <= v["mean"] <= v["hi"] <= v["hi_bonferroni"] and v["p_holm"] >= v["p"]
     assert r["decision"]["verdict"] in ("adopt BEST_CORD's settings as CORDConfig defaults",
                                         "keep the paper's defaults; recommend shuffle as the baseline")
+    # the final run prints the page's tables: both context sizes, every contrast, the choice and the verdict
+    printed = capsys.readouterr().out
+    assert printed.count("## k = ") == 2 and "| shuffle | 2 | 3 |" in printed and "EM slot 10" in printed
+    assert all(f"| {name} | spread |" in printed for name in c) and f"| {r['best_cord']} |" in printed
+    assert printed.rstrip().endswith(r["decision"]["verdict"])
     # a re-run resumes: nothing is trained or swept again
     calls: list = []
     monkeypatch.setattr("ragkit.training.cord.train_cord", lambda *a, **k: calls.append(a))
@@ -169,3 +174,32 @@ def test_cord_config_defaults_follow_the_committed_decision() -> None:
     expected = decision["settings"] if decision["verdict"].startswith("adopt") else paper
     assert defaults == expected, f"the committed decision ({decision['verdict']}) sets CORDConfig's defaults"
     assert "confirm-qwen-cpu.json" in (CORDConfig.__doc__ or ""), "CORDConfig's docstring names the deciding run"
+
+
+def test_table_means_over_seeds_and_questions(study: ModuleType) -> None:
+    """Hand-computed: an arm's cell is the mean over its seeds and questions, the gap and EM by slot are
+    means over seeds; an arm without a k = 20 sweep has no k = 20 row; interim contrasts are not shown."""
+    def sweep(spreads: list[float], ems: list[float], gap: float, em_slots: list[float], k: int = 10) -> dict:
+        pqm = {f"q{i}": {"spread": s, "mean_logprob": -1.0, "em": e, "psr": 0.5}
+               for i, (s, e) in enumerate(zip(spreads, ems))}
+        rows = [{"setting": "slot", "k": k, "slot": s, "subspan_em": v} for s, v in zip((0, 9), em_slots)]
+        rows.append({"setting": "oracle", "k": None, "slot": None, "subspan_em": 1.0})
+        return {"per_question_metrics": pqm, "rows": rows, "summary": {str(k): {"logprob": {"gap": gap}}}}
+
+    base = {"evaluation-k10": sweep([0.2, 0.4], [1.0, 0.0], 0.1, [1.0, 0.0]),
+            "evaluation-k20": sweep([0.5, 0.5], [0.0, 0.0], 0.3, [0.0, 0.0], k=20)}
+    result = {"arms": {
+        "base": {"per_seed": {"0": {"sweeps": base}}},
+        "shuffle": {"per_seed": {"0": {"sweeps": {"evaluation-k10": sweep([0.1, 0.3], [1.0, 1.0], 0.2, [1.0, 0.5])}},
+                                 "1": {"sweeps": {"evaluation-k10": sweep([0.3, 0.5], [0.0, 1.0], 0.4, [0.0, 0.5])}}}}},
+        "contrasts_status": "interim: pending everything", "decision": {"verdict": "pending"}}
+    text = study.table(result, n_boot=200)
+    k10, k20 = text.split("## k = 20")
+    assert "| base | 1 | 2 | 0.300 [0.200, 0.400] | -1.000 [-1.000, -1.000] | 0.500 [" in k10
+    assert k10.count("| psr | gap | EM slot 1 | EM slot 10 |") == 1 and "| 0.100 | 1.000 | 0.000 |" in k10
+    # two seeds x two questions: spread (0.1 + 0.3 + 0.3 + 0.5) / 4, EM 3 / 4, gap (0.2 + 0.4) / 2, slot 1 (1 + 0) / 2
+    assert "| shuffle | 2 | 2 | 0.300 [0.100, 0.500] | -1.000 [-1.000, -1.000] | 0.750 [" in k10
+    assert "| 0.300 | 0.500 | 0.500 |" in k10
+    assert "| base | 1 | 2 | 0.500 [0.500, 0.500] |" in k20 and "| 0.300 | 0.000 | 0.000 |" in k20
+    assert "shuffle" not in k20 and "psr" not in k20
+    assert "Contrasts" not in text and text.rstrip().endswith("decision: pending")
